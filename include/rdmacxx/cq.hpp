@@ -1,0 +1,316 @@
+#pragma once
+/// @file
+/// Completions: `work_completion`, the completion strategies `busy_poll` and `event_driven`,
+/// `completion_channel`, and `completion_queue<Completion>`.
+
+#include "rdmacxx/context.hpp"
+#include "rdmacxx/error.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+/// One work completion (`ibv_wc`), typed. Same size and layout as `ibv_wc`, so a span of them is
+/// handed to ibv_poll_cq(3) as it is.
+/// @see ibv_poll_cq(3)
+class work_completion {
+public:
+    work_completion() noexcept = default;
+    /// Wraps a raw completion.
+    explicit work_completion(ibv_wc const& wc) noexcept : wc_(wc) {}
+
+    /// True when the status is IBV_WC_SUCCESS.
+    [[nodiscard]] bool ok() const noexcept { return wc_.status == IBV_WC_SUCCESS; }
+    /// The status.
+    [[nodiscard]] ibv_wc_status status() const noexcept { return wc_.status; }
+    /// The status as a `std::error_code` in `wc_category()` (false when successful).
+    [[nodiscard]] std::error_code error_code() const noexcept { return make_wc_error_code(wc_.status); }
+    /// The `wr_id` of the work request it completes.
+    [[nodiscard]] std::uint64_t wr_id() const noexcept { return wc_.wr_id; }
+    /// The operation (valid only when `ok()`, except for the receive bit).
+    [[nodiscard]] ibv_wc_opcode opcode() const noexcept { return wc_.opcode; }
+    /// True for a receive-queue completion (a receive or a write-with-immediate's arrival).
+    [[nodiscard]] bool is_recv() const noexcept { return (wc_.opcode & IBV_WC_RECV) != 0; }
+    /// Bytes received (receive completions), or bytes read/atomics (some providers).
+    [[nodiscard]] std::uint32_t byte_len() const noexcept { return wc_.byte_len; }
+    /// True when the sender attached immediate data.
+    [[nodiscard]] bool has_imm() const noexcept { return (wc_.wc_flags & IBV_WC_WITH_IMM) != 0; }
+    /// The immediate data in host byte order (as the sender passed it to `send_imm`/`write_imm`).
+    [[nodiscard]] std::uint32_t imm_data() const noexcept { return ntohl(wc_.imm_data); }
+    /// The local QP number.
+    [[nodiscard]] std::uint32_t qp_num() const noexcept { return wc_.qp_num; }
+    /// The sender's QP number (UD receives).
+    [[nodiscard]] std::uint32_t src_qp() const noexcept { return wc_.src_qp; }
+    /// True when a 40-byte GRH precedes the payload in the receive buffer (UD).
+    [[nodiscard]] bool has_grh() const noexcept { return (wc_.wc_flags & IBV_WC_GRH) != 0; }
+    /// The provider's vendor error syndrome (meaningful when not `ok()`).
+    [[nodiscard]] std::uint32_t vendor_err() const noexcept { return wc_.vendor_err; }
+    /// The raw completion.
+    [[nodiscard]] ibv_wc const& native() const noexcept { return wc_; }
+
+    /// Throws `wc_error` built from this completion when it failed.
+    /// @throws wc_error with the status, vendor error, opcode, QP number and side.
+    void throw_if_error() const {
+        if (!ok()) [[unlikely]] throw_error();
+    }
+
+private:
+    // A flushed or failed completion's opcode is undefined; the side is told by the wr_id's
+    // queue, which only the caller knows: receive is reported when the receive bit is set.
+    RDMACXX_COLD [[noreturn]] void throw_error() const { throw wc_error(wc_, !is_recv()); }
+
+    ibv_wc wc_{};
+};
+static_assert(sizeof(work_completion) == sizeof(ibv_wc), "work_completion must be layout-compatible with ibv_wc");
+
+/// Up to `N` completions returned by value from `completion_queue::poll<N>()`; a range.
+template <std::size_t N>
+class completion_batch {
+public:
+    [[nodiscard]] work_completion const* begin() const noexcept { return items_.data(); }
+    [[nodiscard]] work_completion const* end() const noexcept { return items_.data() + count_; }
+    [[nodiscard]] std::size_t size() const noexcept { return count_; }
+    [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
+    [[nodiscard]] work_completion const& operator[](std::size_t i) const noexcept { return items_[i]; }
+
+private:
+    template <class>
+    friend class completion_queue;
+    std::array<work_completion, N> items_;
+    std::size_t count_ = 0;
+};
+
+/// Completion strategy: the waiter spins on ibv_poll_cq(3). Lowest latency, one core busy.
+struct busy_poll {
+    static constexpr bool uses_channel = false;
+};
+
+/// Completion strategy: the waiter arms the CQ (ibv_req_notify_cq(3)), polls once more to close
+/// the arm race, and sleeps in ibv_get_cq_event(3) on a completion channel. Events are
+/// acknowledged in batches. No core is burned while idle.
+struct event_driven {
+    static constexpr bool uses_channel = true;
+};
+
+/// A completion strategy: `busy_poll`, `event_driven`, or a user type with the same contract.
+template <class C>
+concept completion_strategy = requires {
+    { C::uses_channel } -> std::convertible_to<bool>;
+};
+
+/// A completion channel (`ibv_comp_channel`): the file descriptor CQ events arrive on. One
+/// channel may serve several CQs. Move-only; must outlive the CQs bound to it.
+/// Thread-safety: one thread waits on a channel at a time.
+/// @see ibv_create_comp_channel(3)
+class completion_channel {
+public:
+    /// Creates a channel on `ctx`.
+    /// @throws sys_error when ibv_create_comp_channel(3) fails.
+    explicit completion_channel(context& ctx) : handle_(::ibv_create_comp_channel(ctx.native_handle())) {
+        if (!handle_) [[unlikely]] detail::throw_errno("ibv_create_comp_channel");
+    }
+
+    /// The file descriptor, readable when an event is pending; for epoll/poll.
+    [[nodiscard]] int fd() const noexcept { return handle_->fd; }
+
+    /// Switches the descriptor to non-blocking mode (or back), so that a read with no event
+    /// pending fails with EAGAIN instead of sleeping.
+    /// @throws sys_error when fcntl(2) fails.
+    void set_nonblocking(bool on = true) {
+        int flags = ::fcntl(fd(), F_GETFL);
+        if (flags < 0) [[unlikely]] detail::throw_errno("fcntl");
+        flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+        if (::fcntl(fd(), F_SETFL, flags) < 0) [[unlikely]] detail::throw_errno("fcntl");
+    }
+
+    /// Takes the next event: the `ibv_cq` that fired, or nullptr when the descriptor is
+    /// non-blocking and none is pending. The caller accounts for the event through the CQ
+    /// (`completion_queue::note_event`), which acknowledges it.
+    /// @throws sys_error when ibv_get_cq_event(3) fails other than with EAGAIN.
+    [[nodiscard]] ibv_cq* get_event() {
+        ibv_cq* cq = nullptr;
+        void* cq_context = nullptr;
+        if (::ibv_get_cq_event(handle_.get(), &cq, &cq_context) != 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return nullptr;
+            detail::throw_errno("ibv_get_cq_event");
+        }
+        return cq;
+    }
+
+    /// The verbs handle.
+    [[nodiscard]] ibv_comp_channel* native_handle() const noexcept { return handle_.get(); }
+
+private:
+    struct deleter {
+        void operator()(ibv_comp_channel* c) const noexcept { (void)::ibv_destroy_comp_channel(c); }
+    };
+    std::unique_ptr<ibv_comp_channel, deleter> handle_;
+};
+
+/// A completion queue (`ibv_cq`) waited on by the strategy `Completion`. Owns the CQ (and, for
+/// `event_driven` without a channel of the caller's, its own channel); move-only; destroy it
+/// after the QPs that use it.
+///
+/// Polling (`poll`) is the same for every strategy and never blocks; waiting (`wait`) blocks
+/// until at least one completion is there, spinning or sleeping as the strategy says.
+/// Thread-safety: one thread polls or waits on a CQ at a time.
+/// @see ibv_create_cq(3), ibv_poll_cq(3), ibv_req_notify_cq(3), ibv_get_cq_event(3)
+template <class Completion>
+class completion_queue {
+    static_assert(completion_strategy<Completion>,
+                  "the completion strategy must be rdmacxx::busy_poll, rdmacxx::event_driven or a type with their contract");
+
+public:
+    /// Number of events acknowledged together by `event_driven` (ibv_ack_cq_events(3) takes a mutex).
+    static constexpr unsigned ack_batch = 64;
+
+    /// Creates a CQ of at least `min_entries` entries on `ctx`; an `event_driven` CQ gets its own
+    /// completion channel.
+    /// @throws sys_error when ibv_create_cq(3) fails (e.g. EINVAL past the device's max_cqe).
+    completion_queue(context& ctx, int min_entries) : ctx_(&ctx) {
+        if constexpr (Completion::uses_channel) own_channel_ = std::make_unique<completion_channel>(ctx);
+        create(min_entries, own_channel_ ? own_channel_.get() : nullptr);
+    }
+
+    /// Creates an `event_driven` CQ whose events arrive on `channel`, which may serve other CQs.
+    /// @throws sys_error when ibv_create_cq(3) fails.
+    completion_queue(context& ctx, int min_entries, completion_channel& channel)
+        requires(Completion::uses_channel)
+        : ctx_(&ctx) {
+        create(min_entries, &channel);
+    }
+
+    completion_queue(completion_queue&&) noexcept = default;
+    completion_queue& operator=(completion_queue&&) noexcept = default;
+    ~completion_queue() {
+        if (cq_ && unacked_ != 0) ::ibv_ack_cq_events(cq_.get(), unacked_);
+    }
+
+    /// Takes up to `out.size()` completions without blocking; returns how many.
+    /// @throws sys_error when ibv_poll_cq(3) fails.
+    std::size_t poll(std::span<work_completion> out) {
+        int const n = ::ibv_poll_cq(cq_.get(), static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
+        if (n < 0) [[unlikely]] detail::throw_sys(-n == 0 ? EIO : -n, "ibv_poll_cq");
+        return static_cast<std::size_t>(n);
+    }
+
+    /// As `poll(out)`, reporting failure through `ec` instead of throwing.
+    std::size_t poll(std::span<work_completion> out, std::error_code& ec) noexcept {
+        int const n = ::ibv_poll_cq(cq_.get(), static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
+        if (n < 0) [[unlikely]] {
+            ec.assign(EIO, std::system_category());
+            return 0;
+        }
+        ec.clear();
+        return static_cast<std::size_t>(n);
+    }
+
+    /// Takes up to `N` completions without blocking and returns them by value.
+    /// @throws sys_error when ibv_poll_cq(3) fails.
+    template <std::size_t N>
+    [[nodiscard]] completion_batch<N> poll() {
+        completion_batch<N> batch;
+        batch.count_ = poll(std::span{batch.items_});
+        return batch;
+    }
+
+    /// Blocks until at least one completion is there, then takes up to `out.size()`; returns
+    /// how many (at least 1). `busy_poll` spins; `event_driven` arms the CQ, polls once more so
+    /// that a completion that arrived before the arm is not missed, then sleeps on the channel.
+    /// @throws sys_error when polling, arming or reading the channel fails.
+    std::size_t wait(std::span<work_completion> out) {
+        for (;;) {
+            if (std::size_t n = poll(out); n != 0) return n;
+            if constexpr (Completion::uses_channel) {
+                arm();
+                if (std::size_t n = poll(out); n != 0) return n;
+                sleep_for_event();
+            }
+        }
+    }
+
+    /// Blocks until one completion is there and returns it.
+    /// @throws sys_error as `wait(out)`.
+    [[nodiscard]] work_completion wait_one() {
+        work_completion wc;
+        (void)wait(std::span{&wc, 1});
+        return wc;
+    }
+
+    /// Requests an event for the next completion (or the next solicited one).
+    /// @throws sys_error when ibv_req_notify_cq(3) fails.
+    void arm(bool solicited_only = false)
+        requires(Completion::uses_channel)
+    {
+        if (int rc = ::ibv_req_notify_cq(cq_.get(), solicited_only ? 1 : 0); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_req_notify_cq");
+    }
+
+    /// Records one event taken for this CQ from its channel (by `wait` or by a caller's own event
+    /// loop through `completion_channel::get_event`); acknowledges every `ack_batch` events.
+    void note_event() noexcept
+        requires(Completion::uses_channel)
+    {
+        if (++unacked_ == ack_batch) {
+            ::ibv_ack_cq_events(cq_.get(), unacked_);
+            unacked_ = 0;
+        }
+    }
+
+    /// The completion channel (event_driven only).
+    [[nodiscard]] ibv_comp_channel* channel() const noexcept { return cq_->channel; }
+    /// The number of entries the CQ really has (at least the number asked for).
+    [[nodiscard]] int capacity() const noexcept { return cq_->cqe; }
+    /// The context the CQ lives on.
+    [[nodiscard]] context& owner() const noexcept { return *ctx_; }
+    /// The verbs handle.
+    [[nodiscard]] ibv_cq* native_handle() const noexcept { return cq_.get(); }
+
+private:
+    void create(int min_entries, completion_channel* channel) {
+        cq_.reset(::ibv_create_cq(ctx_->native_handle(), min_entries, nullptr,
+                                  channel != nullptr ? channel->native_handle() : nullptr, 0));
+        if (!cq_) [[unlikely]]
+            detail::throw_errno("ibv_create_cq", "with " + std::to_string(min_entries) + " entries");
+    }
+
+    void sleep_for_event() {
+        // The channel may be non-blocking (set by an epoll user): wait for readability first.
+        pollfd pfd{cq_->channel->fd, POLLIN, 0};
+        for (;;) {
+            ibv_cq* ev_cq = nullptr;
+            void* ev_ctx = nullptr;
+            if (::ibv_get_cq_event(cq_->channel, &ev_cq, &ev_ctx) == 0) {
+                if (ev_cq == cq_.get()) note_event();
+                else ::ibv_ack_cq_events(ev_cq, 1);  // another CQ's event on a shared channel: it will re-arm and re-poll
+                return;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) [[unlikely]]
+                detail::throw_errno("ibv_get_cq_event");
+            if (errno != EINTR && ::poll(&pfd, 1, -1) < 0 && errno != EINTR) [[unlikely]] detail::throw_errno("poll");
+        }
+    }
+
+    struct deleter {
+        void operator()(ibv_cq* c) const noexcept { (void)::ibv_destroy_cq(c); }
+    };
+    context* ctx_;
+    std::unique_ptr<completion_channel> own_channel_;
+    std::unique_ptr<ibv_cq, deleter> cq_;
+    unsigned unacked_ = 0;
+};
+
+} // namespace v0
+} // namespace rdmacxx

@@ -1,0 +1,260 @@
+#pragma once
+/// @file
+/// The rdmacxx error hierarchy, layered as python-rdma's: one root, `rdmacxx::error`, and below
+/// it system errors (`sys_error`), work-request errors (`wr_error`), work-completion errors
+/// (`wc_error`) and bad-input errors (`argument_error`). Every error carries a stack of
+/// context messages that grows as it crosses layers and prints itself with `dump_detailed`.
+
+#include "rdmacxx/detail/verbs.hpp"
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+/// The error category of work-completion status codes (`enum ibv_wc_status`): value 0 is
+/// success, every other value is the status of a failed completion, and `message()` is the
+/// text of ibv_wc_status_str(3).
+/// Thread-safety: the category object is immutable and shared.
+[[nodiscard]] inline std::error_category const& wc_category() noexcept {
+    struct category final : std::error_category {
+        [[nodiscard]] char const* name() const noexcept override { return "rdmacxx.wc_status"; }
+        [[nodiscard]] std::string message(int value) const override {
+            return ::ibv_wc_status_str(static_cast<ibv_wc_status>(value));
+        }
+    };
+    static category const instance;
+    return instance;
+}
+
+/// Makes a `std::error_code` in `wc_category()` from a completion status.
+[[nodiscard]] inline std::error_code make_wc_error_code(ibv_wc_status status) noexcept {
+    return {static_cast<int>(status), wc_category()};
+}
+
+/// The root of every exception rdmacxx throws.
+///
+/// It is a `std::system_error`, so `code()` interoperates with `std::error_code` (errno
+/// values are in `std::system_category()`, completion statuses in `wc_category()`).
+/// Beside the code it holds a stack of messages: the lowest layer's message first, and one more
+/// for each layer that called `push_context` on the way up. `what()` reads top to bottom.
+/// Copying is cheap and does not throw (the state is shared, as in `std::runtime_error`).
+/// Thread-safety: as for any exception object; do not push context from two threads at once.
+class error : public std::system_error {
+public:
+    /// Builds an error from its code and the lowest layer's message.
+    error(std::error_code code, std::string message)
+        : std::system_error(code), state_(std::make_shared<state>()) {
+        state_->messages.push_back(std::move(message));
+        compose();
+    }
+
+    /// Adds a higher layer's message on top of the stack (python-rdma's stacked messages) and
+    /// returns `*this`, so that `catch (rdmacxx::error& e) { e.push_context("…"); throw; }`
+    /// reads naturally.
+    error& push_context(std::string message) {
+        state_->messages.push_back(std::move(message));
+        compose();
+        return *this;
+    }
+
+    /// The message stack, lowest layer first.
+    [[nodiscard]] std::span<std::string const> messages() const noexcept { return state_->messages; }
+
+    /// The messages, top layer first, joined by ": ", then the code's message in parentheses.
+    [[nodiscard]] char const* what() const noexcept override { return state_->what.c_str(); }
+
+    /// Prints the error for a person, in the shape python-rdma's `dump_detailed` prints
+    /// (`E: Failed …` then `E: +…`): level 0: one line, the top message; level 1: the top message, then each lower layer's
+    /// message on its own line after a `+`, and the error code; level 2 and above: also the
+    /// work request, work completion or attributes involved, one `name: value` line each.
+    /// Every line starts with `prefix` and a space (none when the prefix is empty).
+    void dump_detailed(std::ostream& os, std::string_view prefix = "E:", int level = 1) const {
+        std::string const lead = prefix.empty() ? std::string{} : std::string{prefix} + ' ';
+        auto const& msgs = state_->messages;
+        os << lead << msgs.back() << '\n';
+        if (level < 1) return;
+        for (auto it = msgs.rbegin() + 1; it != msgs.rend(); ++it) os << lead << '+' << *it << '\n';
+        os << lead << '+' << code().category().name() << ' ' << code().value() << ": " << code().message()
+           << '\n';
+        if (level < 2) return;
+        dump_attributes(os, lead + "  ");
+    }
+
+    error(error const&) noexcept = default;
+    error& operator=(error const&) noexcept = default;
+    ~error() override = default;
+
+protected:
+    /// Prints the level-2 details (`name: value` lines, each after `lead`); the root has none.
+    virtual void dump_attributes(std::ostream& /*os*/, std::string const& /*lead*/) const {}
+
+private:
+    struct state {
+        std::vector<std::string> messages;
+        std::string what;
+    };
+
+    void compose() {
+        std::string text;
+        for (auto it = state_->messages.rbegin(); it != state_->messages.rend(); ++it) {
+            if (!text.empty()) text += ": ";
+            text += *it;
+        }
+        text += " (";
+        text += code().message();
+        text += ')';
+        state_->what = std::move(text);
+    }
+
+    std::shared_ptr<state> state_;
+};
+
+/// A system call or verb that failed (python-rdma's `SysError`): names the verb and carries its
+/// errno in `std::system_category()`.
+class sys_error : public error {
+public:
+    /// @param err   the errno value the verb reported
+    /// @param verb  the C function that failed, e.g. "ibv_modify_qp"
+    /// @param what  what rdmacxx was doing, e.g. "moving QP 17 from INIT to RTR"
+    sys_error(int err, std::string verb, std::string what)
+        : error(std::error_code{err, std::system_category()}, verb + " failed" + (what.empty() ? "" : " " + what)),
+          verb_(std::move(verb)) {}
+
+    /// The C function that failed.
+    [[nodiscard]] std::string const& verb() const noexcept { return verb_; }
+    /// The errno value it reported.
+    [[nodiscard]] int errno_value() const noexcept { return code().value(); }
+
+protected:
+    void dump_attributes(std::ostream& os, std::string const& lead) const override {
+        os << lead << "verb: " << verb_ << '\n' << lead << "errno: " << code().value() << '\n';
+    }
+
+private:
+    std::string verb_;
+};
+
+/// Bad input refused before anything reached the device: a span outside its region, a message
+/// over the path MTU, too much inline data, an unparsable GID, a misaligned atomic target.
+/// Its code is `std::errc::invalid_argument` (or the one named at construction).
+class argument_error : public error {
+public:
+    /// @param message what was wrong, quoting the input
+    explicit argument_error(std::string message, std::errc code = std::errc::invalid_argument)
+        : error(std::make_error_code(code), std::move(message)) {}
+};
+
+/// A work request the provider refused to post (python-rdma's `WRError`): `bad_index()` is the
+/// position of the refused request in the chain that was posted (0 for a single request); the
+/// requests before it were posted and will complete, the ones from it on were not.
+class wr_error : public error {
+public:
+    /// @param err        the errno value returned by ibv_post_send(3) / ibv_post_recv(3)
+    /// @param verb       "ibv_post_send" or "ibv_post_recv"
+    /// @param bad_index  the position of the refused request in its chain
+    /// @param wr_id      the refused request's `wr_id`
+    /// @param opcode     the refused request's opcode (`ibv_wr_opcode`), or -1 for a receive
+    /// @param qp_num     the QP number it was posted to
+    wr_error(int err, std::string verb, std::size_t bad_index, std::uint64_t wr_id, int opcode, std::uint32_t qp_num)
+        : error(std::error_code{err, std::system_category()},
+                verb + " refused work request " + std::to_string(bad_index) + " of its chain on QP " +
+                    std::to_string(qp_num)),
+          bad_index_(bad_index), wr_id_(wr_id), opcode_(opcode), qp_num_(qp_num) {}
+
+    /// Position of the refused request in the chain (0-based).
+    [[nodiscard]] std::size_t bad_index() const noexcept { return bad_index_; }
+    /// The refused request's `wr_id`.
+    [[nodiscard]] std::uint64_t wr_id() const noexcept { return wr_id_; }
+    /// The refused request's `ibv_wr_opcode`, or -1 for a receive request.
+    [[nodiscard]] int opcode() const noexcept { return opcode_; }
+    /// The QP number the chain was posted to.
+    [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_num_; }
+
+protected:
+    void dump_attributes(std::ostream& os, std::string const& lead) const override {
+        os << lead << "bad_index: " << bad_index_ << '\n'
+           << lead << "wr_id: " << wr_id_ << '\n'
+           << lead << "opcode: " << (opcode_ < 0 ? std::string{"RECV"} : std::to_string(opcode_)) << '\n'
+           << lead << "qp_num: " << qp_num_ << '\n';
+    }
+
+private:
+    std::size_t bad_index_;
+    std::uint64_t wr_id_;
+    int opcode_;
+    std::uint32_t qp_num_;
+};
+
+/// A work completion with an error status (python-rdma's `WCError`). `code()` is the status in
+/// `wc_category()`; the completion itself is kept whole.
+class wc_error : public error {
+public:
+    /// @param wc       the failed completion, copied
+    /// @param is_send  true when it completes a send-queue request, false for the receive queue
+    wc_error(ibv_wc const& wc, bool is_send)
+        : error(make_wc_error_code(wc.status), std::string{"work completion for wr_id "} + std::to_string(wc.wr_id) +
+                                                   " on QP " + std::to_string(wc.qp_num) +
+                                                   (is_send ? " (send queue)" : " (receive queue)")),
+          wc_(wc), is_send_(is_send) {}
+
+    /// The status of the completion.
+    [[nodiscard]] ibv_wc_status status() const noexcept { return wc_.status; }
+    /// The provider's vendor error syndrome.
+    [[nodiscard]] std::uint32_t vendor_err() const noexcept { return wc_.vendor_err; }
+    /// The `wr_id` of the failed request.
+    [[nodiscard]] std::uint64_t wr_id() const noexcept { return wc_.wr_id; }
+    /// The QP number of the failed request.
+    [[nodiscard]] std::uint32_t qp_num() const noexcept { return wc_.qp_num; }
+    /// True for a send-queue completion, false for a receive-queue one.
+    [[nodiscard]] bool is_send() const noexcept { return is_send_; }
+    /// The raw completion.
+    [[nodiscard]] ibv_wc const& native() const noexcept { return wc_; }
+
+protected:
+    void dump_attributes(std::ostream& os, std::string const& lead) const override {
+        os << lead << "status: " << ::ibv_wc_status_str(wc_.status) << " (" << static_cast<int>(wc_.status) << ")\n"
+           << lead << "vendor_err: 0x" << std::hex << wc_.vendor_err << std::dec << '\n'
+           << lead << "opcode: " << static_cast<int>(wc_.opcode) << '\n'
+           << lead << "wr_id: " << wc_.wr_id << '\n'
+           << lead << "qp_num: " << wc_.qp_num << '\n'
+           << lead << "side: " << (is_send_ ? "send" : "receive") << '\n'
+           << lead << "byte_len: " << wc_.byte_len << '\n';
+    }
+
+private:
+    ibv_wc wc_;
+    bool is_send_;
+};
+
+namespace detail {
+
+/// Throws `sys_error` for a verb that failed with `err`.
+[[noreturn]] RDMACXX_COLD inline void throw_sys(int err, char const* verb, std::string what = {}) {
+    throw sys_error(err, verb, std::move(what));
+}
+
+/// Throws `sys_error` for a verb that reported failure through errno (NULL + errno, -1 + errno).
+/// A zero errno (a provider that forgot to set it) becomes EIO, so the error never reads "Success".
+[[noreturn]] RDMACXX_COLD inline void throw_errno(char const* verb, std::string what = {}) {
+    int const err = errno;
+    throw sys_error(err != 0 ? err : EIO, verb, std::move(what));
+}
+
+/// Throws `argument_error` with `message`.
+[[noreturn]] RDMACXX_COLD inline void throw_argument(std::string message) { throw argument_error(std::move(message)); }
+
+} // namespace detail
+} // namespace v0
+} // namespace rdmacxx

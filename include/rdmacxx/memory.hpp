@@ -1,0 +1,281 @@
+#pragma once
+/// @file
+/// Registered memory: `memory_region`, and the typed spans that carry its keys —
+/// `local_span<T>` (address, length, lkey) and `remote_span<T>` (address, length, rkey).
+
+#include "rdmacxx/access.hpp"
+#include "rdmacxx/error.hpp"
+#include "rdmacxx/pd.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+namespace detail {
+[[noreturn]] RDMACXX_COLD inline void throw_out_of_span(char const* kind, std::size_t offset, std::size_t count,
+                                                        std::size_t size) {
+    throw_argument(std::string{kind} + ": elements [" + std::to_string(offset) + ", " +
+                   std::to_string(offset) + " + " + std::to_string(count) + ") are outside a span of " +
+                   std::to_string(size) + " elements");
+}
+
+inline constexpr std::size_t max_message_bytes = std::numeric_limits<std::uint32_t>::max();
+} // namespace detail
+
+/// Registered local memory as a typed span that carries the region's lkey: what a work request
+/// points at. Made only by a `memory_region` (so it always lies inside one) and by narrowing
+/// another `local_span`; at most 2^32 - 1 bytes, the most one scatter-gather entry can describe.
+/// Trivially copyable, 24 bytes; narrowing is checked, reading is free.
+/// Thread-safety: a value type.
+template <class T>
+class local_span {
+public:
+    using element_type = T;
+    using size_type = std::size_t;
+
+    /// The empty span (no memory, lkey 0).
+    constexpr local_span() noexcept = default;
+
+    /// A `local_span<T>` converts to a `local_span<T const>`.
+    template <class U>
+        requires(std::is_same_v<T, U const>)
+    constexpr local_span(local_span<U> other) noexcept  // NOLINT(google-explicit-constructor)
+        : data_(other.data()), size_(other.size()), lkey_(other.lkey()) {}
+
+    /// First element.
+    [[nodiscard]] constexpr T* data() const noexcept { return data_; }
+    /// Number of elements.
+    [[nodiscard]] constexpr std::size_t size() const noexcept { return size_; }
+    /// Length in bytes.
+    [[nodiscard]] constexpr std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+    /// True when it holds no element.
+    [[nodiscard]] constexpr bool empty() const noexcept { return size_ == 0; }
+    /// The lkey of the region it lies in.
+    [[nodiscard]] constexpr std::uint32_t lkey() const noexcept { return lkey_; }
+    /// Element `i` (unchecked).
+    [[nodiscard]] constexpr T& operator[](std::size_t i) const noexcept { return data_[i]; }
+    [[nodiscard]] constexpr T* begin() const noexcept { return data_; }
+    [[nodiscard]] constexpr T* end() const noexcept { return data_ + size_; }
+    /// The plain `std::span` over the same elements.
+    [[nodiscard]] constexpr std::span<T> span() const noexcept { return {data_, size_}; }
+
+    /// The first `count` elements. @throws argument_error when count > size().
+    [[nodiscard]] constexpr local_span first(std::size_t count) const {
+        if (count > size_) [[unlikely]] detail::throw_out_of_span("local_span::first", 0, count, size_);
+        return {data_, count, lkey_};
+    }
+    /// The last `count` elements. @throws argument_error when count > size().
+    [[nodiscard]] constexpr local_span last(std::size_t count) const {
+        if (count > size_) [[unlikely]] detail::throw_out_of_span("local_span::last", size_ - count, count, size_);
+        return {data_ + (size_ - count), count, lkey_};
+    }
+    /// `count` elements from `offset` (to the end when count is npos).
+    /// @throws argument_error when the range leaves the span.
+    [[nodiscard]] constexpr local_span subspan(std::size_t offset, std::size_t count = npos) const {
+        if (offset > size_) [[unlikely]] detail::throw_out_of_span("local_span::subspan", offset, 0, size_);
+        if (count == npos) count = size_ - offset;
+        if (count > size_ - offset) [[unlikely]] detail::throw_out_of_span("local_span::subspan", offset, count, size_);
+        return {data_ + offset, count, lkey_};
+    }
+
+    /// The same memory viewed as bytes.
+    [[nodiscard]] local_span<std::conditional_t<std::is_const_v<T>, std::byte const, std::byte>> as_bytes() const noexcept {
+        using B = std::conditional_t<std::is_const_v<T>, std::byte const, std::byte>;
+        return local_span<B>{reinterpret_cast<B*>(data_), size_bytes(), lkey_};
+    }
+
+    /// A span over memory the caller registered by other means (an `ibv_mr` of its own, or a
+    /// region of another library), with that registration's lkey. Nothing is checked: the caller
+    /// vouches that [data, data + count) lies in the region of `lkey` and is at most 2^32 - 1 bytes.
+    [[nodiscard]] static constexpr local_span assume_registered(T* data, std::size_t count, std::uint32_t lkey) noexcept {
+        return {data, count, lkey};
+    }
+
+    /// The scatter-gather entry describing it. @see ibv_post_send(3)
+    [[nodiscard]] ibv_sge sge() const noexcept {
+        return {reinterpret_cast<std::uintptr_t>(data_), static_cast<std::uint32_t>(size_bytes()), lkey_};
+    }
+
+    /// "Up to the end" for `subspan`.
+    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+private:
+    template <class>
+    friend class local_span;
+    friend class memory_region;
+    constexpr local_span(T* data, std::size_t size, std::uint32_t lkey) noexcept : data_(data), size_(size), lkey_(lkey) {}
+
+    T* data_ = nullptr;
+    std::size_t size_ = 0;
+    std::uint32_t lkey_ = 0;
+};
+
+/// Remote registered memory: a peer's virtual address, element count and rkey — what an RDMA
+/// WRITE, READ or atomic targets. A plain value (trivially copyable, standard layout, 24 bytes)
+/// to send to a peer as it is. Narrowing is checked against its own length; whether it really
+/// lies in the peer's region only the peer's HCA can tell (IBV_WC_REM_ACCESS_ERR).
+template <class T>
+class remote_span {
+public:
+    using element_type = T;
+
+    /// The empty span.
+    constexpr remote_span() noexcept = default;
+    /// The span of `count` elements at the peer's virtual `address` under `rkey`.
+    constexpr remote_span(std::uint64_t address, std::size_t count, std::uint32_t rkey) noexcept
+        : address_(address), size_(count), rkey_(rkey) {}
+
+    /// The peer's virtual address of the first element.
+    [[nodiscard]] constexpr std::uint64_t address() const noexcept { return address_; }
+    /// Number of elements.
+    [[nodiscard]] constexpr std::size_t size() const noexcept { return size_; }
+    /// Length in bytes.
+    [[nodiscard]] constexpr std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+    /// The rkey of the peer's region.
+    [[nodiscard]] constexpr std::uint32_t rkey() const noexcept { return rkey_; }
+    /// True when it holds no element.
+    [[nodiscard]] constexpr bool empty() const noexcept { return size_ == 0; }
+
+    /// The first `count` elements. @throws argument_error when count > size().
+    [[nodiscard]] constexpr remote_span first(std::size_t count) const {
+        if (count > size_) [[unlikely]] detail::throw_out_of_span("remote_span::first", 0, count, size_);
+        return {address_, count, rkey_};
+    }
+    /// The last `count` elements. @throws argument_error when count > size().
+    [[nodiscard]] constexpr remote_span last(std::size_t count) const {
+        if (count > size_) [[unlikely]] detail::throw_out_of_span("remote_span::last", size_ - count, count, size_);
+        return {address_ + (size_ - count) * sizeof(T), count, rkey_};
+    }
+    /// `count` elements from `offset` (to the end when count is npos).
+    /// @throws argument_error when the range leaves the span.
+    [[nodiscard]] constexpr remote_span subspan(std::size_t offset, std::size_t count = npos) const {
+        if (offset > size_) [[unlikely]] detail::throw_out_of_span("remote_span::subspan", offset, 0, size_);
+        if (count == npos) count = size_ - offset;
+        if (count > size_ - offset) [[unlikely]] detail::throw_out_of_span("remote_span::subspan", offset, count, size_);
+        return {address_ + offset * sizeof(T), count, rkey_};
+    }
+
+    /// "Up to the end" for `subspan`.
+    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+    friend constexpr bool operator==(remote_span const&, remote_span const&) noexcept = default;
+
+private:
+    std::uint64_t address_ = 0;
+    std::size_t size_ = 0;
+    std::uint32_t rkey_ = 0;
+};
+
+/// A registered memory region (`ibv_mr`). Owns the registration (not the memory); move-only;
+/// deregisters on destruction. The memory and the protection domain must outlive it.
+/// Thread-safety: the accessors only read.
+/// @see ibv_reg_mr(3)
+class memory_region {
+public:
+    /// Registers `length` bytes at `address` in `pd` with `rights`.
+    /// @throws sys_error when ibv_reg_mr(3) fails (EINVAL for remote write or atomic without
+    ///         local write, ENOMEM past RLIMIT_MEMLOCK, EFAULT for unmapped memory).
+    memory_region(protection_domain& pd, void* address, std::size_t length, access rights)
+        : handle_((::ibv_reg_mr)(pd.native_handle(), address, length, to_native(rights))) {
+        if (!handle_) [[unlikely]]
+            detail::throw_errno("ibv_reg_mr", "registering " + std::to_string(length) + " bytes with access 0x" +
+                                                  to_hex(static_cast<std::uint32_t>(rights)));
+    }
+
+    /// The whole region as a span of `T`.
+    /// @throws argument_error when the region's start is not aligned for `T`, or when the region
+    ///         is longer than one scatter-gather entry can describe (2^32 - 1 bytes; use the
+    ///         overload with offset and count).
+    template <class T = std::byte>
+    [[nodiscard]] local_span<T> span() const {
+        return span<T>(0, length() / sizeof(T));
+    }
+
+    /// `count` elements of `T` from element `offset` of the region.
+    /// @throws argument_error when the range leaves the region, is misaligned for `T`, or is
+    ///         longer than 2^32 - 1 bytes.
+    template <class T = std::byte>
+    [[nodiscard]] local_span<T> span(std::size_t offset, std::size_t count) const {
+        auto const base = reinterpret_cast<std::uintptr_t>(handle_->addr);
+        if (base % alignof(T) != 0) [[unlikely]]
+            detail::throw_argument("memory region at 0x" + to_hex(base) + " is not aligned for an element of " +
+                                   std::to_string(alignof(T)) + " bytes");
+        std::size_t const elements = length() / sizeof(T);
+        if (offset > elements || count > elements - offset) [[unlikely]]
+            detail::throw_argument("elements [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
+                                   std::to_string(count) + ") are outside a memory region of " +
+                                   std::to_string(elements) + " elements of " + std::to_string(sizeof(T)) + " bytes");
+        check_message_length(count * sizeof(T));
+        return {static_cast<T*>(handle_->addr) + offset, count, handle_->lkey};
+    }
+
+    /// The registered span for `memory`, which must lie inside this region.
+    /// @throws argument_error when it does not (quoting both ranges), or when it is longer than
+    ///         2^32 - 1 bytes.
+    template <class T>
+    [[nodiscard]] local_span<T> span_of(std::span<T> memory) const {
+        auto const lo = reinterpret_cast<std::uintptr_t>(memory.data());
+        auto const base = reinterpret_cast<std::uintptr_t>(handle_->addr);
+        if (lo < base || memory.size_bytes() > length() || lo - base > length() - memory.size_bytes()) [[unlikely]]
+            detail::throw_argument("span [0x" + to_hex(lo) + ", +" + std::to_string(memory.size_bytes()) +
+                                   " bytes) is outside memory region [0x" + to_hex(base) + ", +" +
+                                   std::to_string(length()) + " bytes) with lkey 0x" + to_hex(lkey()));
+        check_message_length(memory.size_bytes());
+        return {memory.data(), memory.size(), handle_->lkey};
+    }
+
+    /// The whole region as a `remote_span<T>` to hand to a peer (address, length, rkey).
+    template <class T = std::byte>
+    [[nodiscard]] remote_span<T> remote() const noexcept {
+        return {reinterpret_cast<std::uintptr_t>(handle_->addr), length() / sizeof(T), handle_->rkey};
+    }
+
+    /// Start of the registered memory.
+    [[nodiscard]] void* address() const noexcept { return handle_->addr; }
+    /// Length in bytes.
+    [[nodiscard]] std::size_t length() const noexcept { return handle_->length; }
+    /// Local key, for scatter-gather entries.
+    [[nodiscard]] std::uint32_t lkey() const noexcept { return handle_->lkey; }
+    /// Remote key, for peers' one-sided operations.
+    [[nodiscard]] std::uint32_t rkey() const noexcept { return handle_->rkey; }
+    /// The verbs handle.
+    [[nodiscard]] ibv_mr* native_handle() const noexcept { return handle_.get(); }
+
+private:
+    static std::string to_hex(std::uint64_t v) {
+        static constexpr char digits[] = "0123456789abcdef";
+        std::string s;
+        do {
+            s.insert(s.begin(), digits[v & 0xf]);
+            v >>= 4;
+        } while (v != 0);
+        return s;
+    }
+    static void check_message_length(std::size_t bytes) {
+        if (bytes > detail::max_message_bytes) [[unlikely]]
+            detail::throw_argument("a span of " + std::to_string(bytes) +
+                                   " bytes is longer than one scatter-gather entry can describe (2^32 - 1 bytes)");
+    }
+
+    struct deleter {
+        void operator()(ibv_mr* m) const noexcept { (void)::ibv_dereg_mr(m); }
+    };
+    std::unique_ptr<ibv_mr, deleter> handle_;
+};
+
+template <class T>
+memory_region protection_domain::register_memory(std::span<T> memory, access rights) {
+    static_assert(std::is_trivially_copyable_v<std::remove_const_t<T>>,
+                  "registered memory must hold trivially copyable elements: the HCA copies their bytes");
+    return memory_region{*this, const_cast<std::remove_const_t<T>*>(memory.data()), memory.size_bytes(), rights};
+}
+
+} // namespace v0
+} // namespace rdmacxx

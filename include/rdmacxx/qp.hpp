@@ -1,0 +1,484 @@
+#pragma once
+/// @file
+/// `queue_pair<Transport, Completion>`: a QP of transport RC, UC or UD whose completions are
+/// waited for by a `busy_poll` or `event_driven` CQ; its state transitions and its typed,
+/// compile-time-checked posting.
+
+#include "rdmacxx/cq.hpp"
+#include "rdmacxx/end_port.hpp"
+#include "rdmacxx/error.hpp"
+#include "rdmacxx/gid.hpp"
+#include "rdmacxx/pd.hpp"
+#include "rdmacxx/transport.hpp"
+#include "rdmacxx/wr.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+/// Sizes of a QP's queues, asked for at creation; after creation `queue_pair::capabilities()`
+/// holds what the device really gave (at least as much).
+struct qp_capabilities {
+    std::uint32_t max_send_wr = 128;   ///< outstanding send-queue requests
+    std::uint32_t max_recv_wr = 128;   ///< outstanding receive-queue requests
+    std::uint32_t max_send_sge = 1;    ///< scatter-gather entries per send request
+    std::uint32_t max_recv_sge = 1;    ///< scatter-gather entries per receive request
+    std::uint32_t max_inline_data = 0; ///< bytes a send request may carry inline
+};
+
+/// What a peer needs to connect to a QP: LID, QP number, starting PSN and GID. A plain value
+/// to exchange out of band (TCP, a file, the CM).
+struct endpoint {
+    std::uint16_t lid = 0;  ///< the port's LID (0 on RoCE)
+    std::uint32_t qpn = 0;  ///< the QP number (24 bits)
+    std::uint32_t psn = 0;  ///< the first packet sequence number it sends (24 bits)
+    rdmacxx::gid gid;       ///< the port GID it sends from
+    friend bool operator==(endpoint const&, endpoint const&) = default;
+};
+
+/// Attributes of the INIT, RTR and RTS transitions; the defaults are those of rdma-core's
+/// pingpong examples.
+struct connect_options {
+    access remote_access = access::local_write | access::remote_write | access::remote_read |
+                           access::remote_atomic; ///< what the peer may do to this QP (RC, UC)
+    ibv_mtu path_mtu = ibv_mtu{};     ///< 0: the port's active MTU
+    std::uint16_t pkey_index = 0;     ///< P_Key table index
+    std::uint8_t service_level = 0;   ///< SL
+    std::uint8_t hop_limit = 64;      ///< GRH hop limit
+    std::uint8_t timeout = 14;        ///< RC ACK timeout, 4.096 µs × 2^timeout
+    std::uint8_t retry_count = 7;     ///< RC transport retries
+    std::uint8_t rnr_retry = 7;       ///< RC RNR retries (7 = forever)
+    std::uint8_t min_rnr_timer = 12;  ///< RC RNR NAK timer code (12 = 0.64 ms)
+    std::uint8_t max_rd_atomic = 1;   ///< RC outstanding READ/atomic as initiator
+    std::uint8_t max_dest_rd_atomic = 1; ///< RC outstanding READ/atomic as target
+    std::uint32_t qkey = 0x11111111;  ///< UD Q_Key
+};
+
+/// The outcome of a non-throwing post: `error` is 0 or an errno value, `bad_index` the
+/// position of the first request not posted.
+struct [[nodiscard]] post_result {
+    int error = 0;             ///< 0 on success, else the errno value
+    std::size_t bad_index = 0; ///< the first request of the chain that was not posted
+    /// True on success.
+    explicit operator bool() const noexcept { return error == 0; }
+};
+
+namespace detail {
+/// "STATE|AV|PATH_MTU", the names of the bits set in an `ibv_qp_attr_mask`.
+inline std::string qp_mask_names(int mask) {
+    static constexpr std::pair<int, char const*> names[] = {
+        {IBV_QP_STATE, "STATE"},
+        {IBV_QP_CUR_STATE, "CUR_STATE"},
+        {IBV_QP_EN_SQD_ASYNC_NOTIFY, "EN_SQD_ASYNC_NOTIFY"},
+        {IBV_QP_ACCESS_FLAGS, "ACCESS_FLAGS"},
+        {IBV_QP_PKEY_INDEX, "PKEY_INDEX"},
+        {IBV_QP_PORT, "PORT"},
+        {IBV_QP_QKEY, "QKEY"},
+        {IBV_QP_AV, "AV"},
+        {IBV_QP_PATH_MTU, "PATH_MTU"},
+        {IBV_QP_TIMEOUT, "TIMEOUT"},
+        {IBV_QP_RETRY_CNT, "RETRY_CNT"},
+        {IBV_QP_RNR_RETRY, "RNR_RETRY"},
+        {IBV_QP_RQ_PSN, "RQ_PSN"},
+        {IBV_QP_MAX_QP_RD_ATOMIC, "MAX_QP_RD_ATOMIC"},
+        {IBV_QP_ALT_PATH, "ALT_PATH"},
+        {IBV_QP_MIN_RNR_TIMER, "MIN_RNR_TIMER"},
+        {IBV_QP_SQ_PSN, "SQ_PSN"},
+        {IBV_QP_MAX_DEST_RD_ATOMIC, "MAX_DEST_RD_ATOMIC"},
+        {IBV_QP_PATH_MIG_STATE, "PATH_MIG_STATE"},
+        {IBV_QP_CAP, "CAP"},
+        {IBV_QP_DEST_QPN, "DEST_QPN"},
+        {IBV_QP_RATE_LIMIT, "RATE_LIMIT"},
+    };
+    std::string s;
+    for (auto const& [bit, name] : names)
+        if ((mask & bit) != 0) {
+            if (!s.empty()) s += '|';
+            s += name;
+        }
+    return s.empty() ? "0" : s;
+}
+
+/// "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR".
+constexpr char const* qp_state_name(ibv_qp_state s) noexcept {
+    switch (s) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_SQD: return "SQD";
+    case IBV_QPS_SQE: return "SQE";
+    case IBV_QPS_ERR: return "ERR";
+    case IBV_QPS_UNKNOWN: break;
+    }
+    return "UNKNOWN";
+}
+
+[[noreturn]] RDMACXX_COLD inline void throw_post(int err, char const* verb, std::size_t bad_index, std::uint64_t wr_id,
+                                                 int opcode, std::uint32_t qpn) {
+    throw wr_error(err, verb, bad_index, wr_id, opcode, qpn);
+}
+
+[[noreturn]] RDMACXX_COLD inline void throw_refused(char const* reason, char const* op, std::uint64_t bytes,
+                                                    std::uint32_t limit, std::size_t index, std::uint32_t qpn) {
+    argument_error e(std::string{op} + " of " + std::to_string(bytes) + " bytes " + reason + " (" +
+                     std::to_string(limit) + " bytes)");
+    e.push_context("refusing work request " + std::to_string(index) + " of the chain posted to QP " +
+                   std::to_string(qpn) + "; nothing was posted");
+    throw e;
+}
+} // namespace detail
+
+/// A queue pair of transport `Transport` (`rc`, `uc`, `ud`) whose CQs use the completion
+/// strategy `Completion` (`busy_poll`, `event_driven`).
+///
+/// Owns the `ibv_qp`; move-only; references its protection domain and CQs, which must outlive
+/// it. It starts in RESET; `connect` (RC, UC) or `activate` (UD) walks RESET → INIT → RTR → RTS,
+/// and the single steps are public too.
+///
+/// Posting: `post(wr…)` takes one or more typed send requests and posts them as one chain with
+/// one doorbell, built on the stack (no heap); a request the transport cannot carry does not
+/// compile. Before anything reaches the device it refuses inline data over `max_inline_data`, a
+/// UD send over the path MTU and an unaddressed UD send. `try_post` reports instead of throwing.
+/// Thread-safety: posting to one QP from several threads needs the caller's lock (as verbs).
+/// @see ibv_create_qp(3), ibv_modify_qp(3), ibv_post_send(3), ibv_post_recv(3)
+template <transport Transport, completion_strategy Completion>
+class queue_pair {
+public:
+    using transport_type = Transport;
+    using completion_type = Completion;
+
+    /// Creates a QP in `pd` whose send completions go to `send_cq` and receive completions to
+    /// `recv_cq` (they may be the same CQ), sized by `caps`.
+    /// @throws sys_error when ibv_create_qp(3) fails (EINVAL for caps past the device limits).
+    queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
+               qp_capabilities const& caps = {})
+        : pd_(&pd) {
+        ibv_qp_init_attr init{};
+        init.send_cq = send_cq.native_handle();
+        init.recv_cq = recv_cq.native_handle();
+        init.cap.max_send_wr = caps.max_send_wr;
+        init.cap.max_recv_wr = caps.max_recv_wr;
+        init.cap.max_send_sge = caps.max_send_sge;
+        init.cap.max_recv_sge = caps.max_recv_sge;
+        init.cap.max_inline_data = caps.max_inline_data;
+        init.qp_type = Transport::qp_type;
+        init.sq_sig_all = 0;
+        qp_.reset(::ibv_create_qp(pd.native_handle(), &init));
+        if (!qp_) [[unlikely]]
+            detail::throw_errno("ibv_create_qp", std::string{"for a "} + Transport::name + " QP with max_send_wr " +
+                                                     std::to_string(caps.max_send_wr) + ", max_recv_wr " +
+                                                     std::to_string(caps.max_recv_wr) + ", max_inline_data " +
+                                                     std::to_string(caps.max_inline_data));
+        caps_ = {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge, init.cap.max_recv_sge,
+                 init.cap.max_inline_data};
+        psn_ = std::random_device{}() & 0xffffffU;
+    }
+
+    queue_pair(queue_pair&&) noexcept = default;
+    queue_pair& operator=(queue_pair&&) noexcept = default;
+    ~queue_pair() = default;
+
+    /// The QP number.
+    [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_->qp_num; }
+    /// What the device gave at creation.
+    [[nodiscard]] qp_capabilities const& capabilities() const noexcept { return caps_; }
+    /// The first PSN this QP sends (random, 24 bits).
+    [[nodiscard]] std::uint32_t psn() const noexcept { return psn_; }
+    /// The path MTU in bytes fixed at RTR (the port's active MTU for UD); 0 before.
+    [[nodiscard]] std::uint32_t path_mtu_bytes() const noexcept { return path_mtu_bytes_; }
+
+    /// The current state, as the device reports it.
+    /// @throws sys_error when ibv_query_qp(3) fails.
+    [[nodiscard]] ibv_qp_state state() const {
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        if (int rc = ::ibv_query_qp(qp_.get(), &attr, IBV_QP_STATE, &init); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_query_qp");
+        return attr.qp_state;
+    }
+
+    /// What a peer needs to reach this QP through `port`.
+    [[nodiscard]] endpoint local_endpoint(end_port const& port) const noexcept {
+        return {port.lid(), qp_num(), psn_, port.gid().gid};
+    }
+
+    /// RESET → INIT on `port`.
+    /// @throws sys_error naming the transition and the attribute mask when ibv_modify_qp(3) fails.
+    void to_init(end_port const& port, connect_options const& opt = {}) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_INIT;
+        attr.pkey_index = opt.pkey_index;
+        attr.port_num = port.port_num();
+        if constexpr (Transport::qp_type == IBV_QPT_UD) attr.qkey = opt.qkey;
+        else attr.qp_access_flags = static_cast<unsigned>(to_native(opt.remote_access));
+        modify(attr, Transport::init_mask, IBV_QPS_RESET);
+    }
+
+    /// INIT → RTR towards `remote` (RC, UC): path MTU, remote QPN and PSN, address vector (with a
+    /// GRH from `port`'s GID whenever the remote GID is set, as RoCE needs).
+    /// @throws argument_error when the path MTU exceeds the port's active MTU;
+    ///         sys_error naming the transition and mask when ibv_modify_qp(3) fails.
+    void to_rtr(end_port const& port, endpoint const& remote, connect_options const& opt = {})
+        requires(Transport::connected)
+    {
+        ibv_mtu const mtu = opt.path_mtu == ibv_mtu{} ? port.attributes().active_mtu() : opt.path_mtu;
+        if (mtu_bytes(mtu) > mtu_bytes(port.attributes().active_mtu())) [[unlikely]]
+            detail::throw_argument("path MTU " + std::to_string(mtu_bytes(mtu)) + " exceeds the active MTU " +
+                                   std::to_string(mtu_bytes(port.attributes().active_mtu())) + " of port " +
+                                   port.to_string());
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RTR;
+        attr.path_mtu = mtu;
+        attr.dest_qp_num = remote.qpn;
+        attr.rq_psn = remote.psn;
+        attr.max_dest_rd_atomic = opt.max_dest_rd_atomic;
+        attr.min_rnr_timer = opt.min_rnr_timer;
+        attr.ah_attr = address_vector(port, remote.lid, remote.gid, opt);
+        modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
+        path_mtu_bytes_ = mtu_bytes(mtu);
+    }
+
+    /// INIT → RTR for UD, which has no remote: records the port's active MTU as the largest
+    /// message a send may carry.
+    /// @throws sys_error naming the transition when ibv_modify_qp(3) fails.
+    void to_rtr(end_port const& port)
+        requires(!Transport::connected)
+    {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RTR;
+        modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
+        path_mtu_bytes_ = mtu_bytes(port.attributes().active_mtu());
+    }
+
+    /// RTR → RTS: this QP may send, starting at `psn()`.
+    /// @throws sys_error naming the transition and mask when ibv_modify_qp(3) fails.
+    void to_rts(connect_options const& opt = {}) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RTS;
+        attr.sq_psn = psn_;
+        attr.timeout = opt.timeout;
+        attr.retry_cnt = opt.retry_count;
+        attr.rnr_retry = opt.rnr_retry;
+        attr.max_rd_atomic = opt.max_rd_atomic;
+        modify(attr, Transport::rts_mask, IBV_QPS_RTR);
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote` through `port` (RC, UC).
+    /// @throws as the three steps, with the step in the context messages.
+    void connect(end_port const& port, endpoint const& remote, connect_options const& opt = {})
+        requires(Transport::connected)
+    {
+        to_init(port, opt);
+        to_rtr(port, remote, opt);
+        to_rts(opt);
+    }
+
+    /// RESET → INIT → RTR → RTS on `port` (UD): ready to send to any address handle and receive.
+    /// @throws as the three steps.
+    void activate(end_port const& port, connect_options const& opt = {})
+        requires(!Transport::connected)
+    {
+        to_init(port, opt);
+        to_rtr(port);
+        to_rts(opt);
+    }
+
+    /// Moves the QP to ERR: outstanding requests complete with IBV_WC_WR_FLUSH_ERR.
+    /// @throws sys_error when ibv_modify_qp(3) fails.
+    void to_error() {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_ERR;
+        modify(attr, IBV_QP_STATE, IBV_QPS_UNKNOWN);
+    }
+
+    /// Moves the QP back to RESET; its queues are emptied without completions.
+    /// @throws sys_error when ibv_modify_qp(3) fails.
+    void reset() {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RESET;
+        modify(attr, IBV_QP_STATE, IBV_QPS_UNKNOWN);
+        path_mtu_bytes_ = 0;
+    }
+
+    /// Posts `wrs` to the send queue as one chain, one doorbell, no heap allocation.
+    /// @throws argument_error (nothing posted) for inline data over `max_inline_data`, a UD send
+    ///         over the path MTU or without a destination; wr_error with `bad_index()` when
+    ///         ibv_post_send(3) refuses a request (those before it were posted).
+    template <class... Wrs>
+        requires(sizeof...(Wrs) > 0 && (postable_on<Wrs, Transport> && ...))
+    void post(Wrs const&... wrs) {
+        check_all(wrs...);
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
+        link(chain, wrs...);
+        ibv_send_wr* bad = nullptr;
+        if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
+            std::size_t const i = index_of(chain, bad);
+            detail::throw_post(rc, "ibv_post_send", i, chain[i].wr_id, chain[i].opcode, qp_num());
+        }
+    }
+
+    /// Any request the transport cannot carry lands here and fails to compile with a sentence.
+    template <class... Wrs>
+        requires(sizeof...(Wrs) > 0 && !(postable_on<Wrs, Transport> && ...))
+    void post(Wrs const&...) {
+        static_assert((send_work_request<Wrs> && ...),
+                      "post() takes send-queue work requests; give receive requests to post_recv()");
+        static_assert(((!detail::needs_read_<Wrs> || Transport::allows_read) && ...),
+                      "RDMA READ is available only on RC queue pairs (not on UC or UD)");
+        static_assert(((!detail::needs_atomic_<Wrs> || Transport::allows_atomic) && ...),
+                      "atomic operations (compare-and-swap, fetch-and-add) are available only on RC queue pairs");
+        static_assert(((!detail::needs_write_<Wrs> || Transport::allows_write) && ...),
+                      "RDMA WRITE is not available on UD queue pairs (use send or send_imm)");
+    }
+
+    /// As `post`, but reports refusal instead of throwing: EINVAL with the index for a request
+    /// refused before posting (nothing posted), or ibv_post_send(3)'s errno and bad index.
+    template <class... Wrs>
+        requires(sizeof...(Wrs) > 0 && (postable_on<Wrs, Transport> && ...))
+    post_result try_post(Wrs const&... wrs) noexcept {
+        if (std::size_t bad_check = first_refused(wrs...); bad_check != npos) [[unlikely]]
+            return {EINVAL, bad_check};
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
+        link(chain, wrs...);
+        ibv_send_wr* bad = nullptr;
+        if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
+            return {rc, index_of(chain, bad)};
+        return {};
+    }
+
+    /// Posts receive requests `wrs` as one chain.
+    /// @throws wr_error with `bad_index()` when ibv_post_recv(3) refuses one.
+    template <recv_work_request... Wrs>
+        requires(sizeof...(Wrs) > 0)
+    void post_recv(Wrs const&... wrs) {
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain{};
+        link_recv(chain, wrs...);
+        ibv_recv_wr* bad = nullptr;
+        if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
+            std::size_t const i = index_of(chain, bad);
+            detail::throw_post(rc, "ibv_post_recv", i, chain[i].wr_id, -1, qp_num());
+        }
+    }
+
+    /// As `post_recv`, reporting refusal instead of throwing.
+    template <recv_work_request... Wrs>
+        requires(sizeof...(Wrs) > 0)
+    post_result try_post_recv(Wrs const&... wrs) noexcept {
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain{};
+        link_recv(chain, wrs...);
+        ibv_recv_wr* bad = nullptr;
+        if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
+            return {rc, index_of(chain, bad)};
+        return {};
+    }
+
+    /// The protection domain.
+    [[nodiscard]] protection_domain& pd() const noexcept { return *pd_; }
+    /// The verbs handle.
+    [[nodiscard]] ibv_qp* native_handle() const noexcept { return qp_.get(); }
+
+private:
+    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+    static ibv_ah_attr address_vector(end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
+                                      connect_options const& opt) noexcept {
+        ibv_ah_attr ah{};
+        ah.dlid = remote_lid;
+        ah.sl = opt.service_level;
+        ah.port_num = port.port_num();
+        if (!remote_gid.is_zero() || port.attributes().is_ethernet()) {
+            ah.is_global = 1;
+            ah.grh.dgid = remote_gid.native();
+            ah.grh.sgid_index = static_cast<std::uint8_t>(port.gid().index);
+            ah.grh.hop_limit = opt.hop_limit;
+        }
+        return ah;
+    }
+
+    void modify(ibv_qp_attr& attr, int mask, ibv_qp_state from) {
+        if (int rc = ::ibv_modify_qp(qp_.get(), &attr, mask); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_modify_qp",
+                              std::string{"moving "} + Transport::name + " QP " + std::to_string(qp_num()) +
+                                  (from == IBV_QPS_UNKNOWN ? std::string{} : std::string{" from "} + detail::qp_state_name(from)) +
+                                  " to " + detail::qp_state_name(attr.qp_state) + " with attribute mask " +
+                                  detail::qp_mask_names(mask));
+    }
+
+    // Why request `w` cannot be posted, or nullptr; `limit` receives the limit it broke.
+    template <class W>
+    char const* refusal(W const& w, std::uint32_t& limit) const noexcept {
+        if ((w.flags() & IBV_SEND_INLINE) != 0 && w.bytes() > caps_.max_inline_data) [[unlikely]] {
+            limit = caps_.max_inline_data;
+            return "is over the QP's max_inline_data";
+        }
+        if constexpr (Transport::qp_type == IBV_QPT_UD) {
+            if (w.bytes() > path_mtu_bytes_) [[unlikely]] {
+                limit = path_mtu_bytes_;
+                return "is over the UD path MTU";
+            }
+            if (w.destination().ah == nullptr) [[unlikely]] {
+                limit = 0;
+                return "has no destination: address a UD send with .to(ah, remote_qpn, remote_qkey)";
+            }
+        }
+        return nullptr;
+    }
+
+    template <class... Wrs>
+    void check_all(Wrs const&... wrs) const {
+        std::size_t i = 0;
+        (check_one(wrs, i++), ...);
+    }
+    template <class W>
+    void check_one(W const& w, std::size_t index) const {
+        std::uint32_t limit = 0;
+        if (char const* why = refusal(w, limit); why != nullptr) [[unlikely]]
+            detail::throw_refused(why, W::name, w.bytes(), limit, index, qp_num());
+    }
+    template <class... Wrs>
+    std::size_t first_refused(Wrs const&... wrs) const noexcept {
+        std::size_t i = 0, bad = npos;
+        std::uint32_t limit = 0;
+        ((bad == npos && refusal(wrs, limit) != nullptr ? bad = i : 0, ++i), ...);
+        return bad;
+    }
+
+    template <std::size_t N, class... Wrs>
+    static void link(std::array<ibv_send_wr, N>& chain, Wrs const&... wrs) noexcept {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            ((wrs.template build<Transport>(chain[I]), chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr), ...);
+        }(std::make_index_sequence<N>{});
+    }
+    template <std::size_t N, class... Wrs>
+    static void link_recv(std::array<ibv_recv_wr, N>& chain, Wrs const&... wrs) noexcept {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            ((wrs.build(chain[I]), chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr), ...);
+        }(std::make_index_sequence<N>{});
+    }
+    template <class Wr, std::size_t N>
+    static std::size_t index_of(std::array<Wr, N> const& chain, Wr const* bad) noexcept {
+        for (std::size_t i = 0; i < N; ++i)
+            if (&chain[i] == bad) return i;
+        return 0;
+    }
+
+    struct deleter {
+        void operator()(ibv_qp* q) const noexcept { (void)::ibv_destroy_qp(q); }
+    };
+    protection_domain* pd_;
+    std::unique_ptr<ibv_qp, deleter> qp_;
+    qp_capabilities caps_{};
+    std::uint32_t psn_ = 0;
+    std::uint32_t path_mtu_bytes_ = 0;
+};
+
+} // namespace v0
+} // namespace rdmacxx

@@ -1,0 +1,18 @@
+#pragma once
+/// @file
+/// The umbrella header: everything rdmacxx offers.
+
+#include "rdmacxx/version.hpp"
+
+#include "rdmacxx/access.hpp"
+#include "rdmacxx/context.hpp"
+#include "rdmacxx/cq.hpp"
+#include "rdmacxx/device.hpp"
+#include "rdmacxx/end_port.hpp"
+#include "rdmacxx/error.hpp"
+#include "rdmacxx/gid.hpp"
+#include "rdmacxx/memory.hpp"
+#include "rdmacxx/pd.hpp"
+#include "rdmacxx/qp.hpp"
+#include "rdmacxx/transport.hpp"
+#include "rdmacxx/wr.hpp"

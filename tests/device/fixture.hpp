@@ -1,0 +1,57 @@
+#pragma once
+// Shared set-up of the device tests: the RDMA device to test on, and a pair of QPs on it
+// connected to each other through the real kernel stack.
+
+#include "rdmacxx/rdmacxx.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <vector>
+
+namespace test {
+
+namespace rx = rdmacxx;
+
+/// The device named by RDMACXX_DEVICE (set by tools/softroce), else the first one. A host with
+/// no device fails the test: device tests never skip.
+inline rx::context open_test_device() {
+    rx::device_list const devices;
+    if (devices.empty())
+        FAIL("no RDMA device on this host: run the device tests under tools/softroce (" << devices.describe() << ")");
+    char const* const name = std::getenv("RDMACXX_DEVICE");
+    return (name != nullptr && *name != '\0') ? devices.find(name).open() : devices[0].open();
+}
+
+/// Registered memory of `bytes` bytes, filled with `fill`.
+struct buffer {
+    buffer(rx::protection_domain& pd, std::size_t bytes, std::byte fill = std::byte{0},
+           rx::access rights = rx::all_remote)
+        : bytes_(bytes, fill), mr(pd.register_memory(std::span{bytes_}, rights)) {}
+    std::vector<std::byte> bytes_;
+    rx::memory_region mr;
+    rx::local_span<std::byte> span() const { return mr.span(); }
+};
+
+/// Two QPs of one transport on one device, connected to each other (RC, UC).
+template <class Transport, class Completion>
+struct loopback {
+    explicit loopback(rx::qp_capabilities caps = {}, rx::connect_options const& opt = {})
+        : ctx(open_test_device()), port(ctx), pd(ctx), cq_a(ctx, 512), cq_b(ctx, 512), a(pd, cq_a, cq_a, caps),
+          b(pd, cq_b, cq_b, caps) {
+        a.connect(port, b.local_endpoint(port), opt);
+        b.connect(port, a.local_endpoint(port), opt);
+    }
+    rx::context ctx;
+    rx::end_port port;
+    rx::protection_domain pd;
+    rx::completion_queue<Completion> cq_a, cq_b;
+    rx::queue_pair<Transport, Completion> a, b;
+};
+
+/// A byte pattern that differs at every position and per seed.
+inline void fill_pattern(std::span<std::byte> s, unsigned seed) {
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<std::byte>((i * 31 + seed * 7 + i / 251) & 0xff);
+}
+
+} // namespace test
