@@ -5,6 +5,7 @@
 #include "rdmacxx/version.hpp"
 
 #include "rdmacxx/access.hpp"
+#include "rdmacxx/ah.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/device.hpp"

@@ -1,0 +1,65 @@
+#pragma once
+/// @file
+/// `address_handle`: the route to a remote port, for UD sends.
+
+#include "rdmacxx/end_port.hpp"
+#include "rdmacxx/error.hpp"
+#include "rdmacxx/gid.hpp"
+#include "rdmacxx/pd.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+/// An address handle (`ibv_ah`): the path from a local port to a remote one, named by a UD send
+/// together with the remote QPN and Q_Key. Owns the handle; move-only; its protection domain
+/// must outlive it.
+/// Thread-safety: immutable once made; may be used by several QPs and threads.
+/// @see ibv_create_ah(3)
+class address_handle {
+public:
+    /// An address handle from raw attributes (as an RDMA CM UD event delivers them).
+    /// @throws sys_error when ibv_create_ah(3) fails.
+    address_handle(protection_domain& pd, ibv_ah_attr const& attr) {
+        ibv_ah_attr copy = attr;
+        handle_.reset(::ibv_create_ah(pd.native_handle(), &copy));
+        if (!handle_) [[unlikely]] detail::throw_errno("ibv_create_ah");
+    }
+
+    /// The route from `port` to the remote port with LID `remote_lid` and GID `remote_gid`. A
+    /// GRH is used whenever the remote GID is set or the port is RoCE (which needs one).
+    /// @throws sys_error naming both ends when ibv_create_ah(3) fails (e.g. no route to the GID).
+    address_handle(protection_domain& pd, end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
+                   std::uint8_t service_level = 0, std::uint8_t hop_limit = 64) {
+        ibv_ah_attr attr{};
+        attr.dlid = remote_lid;
+        attr.sl = service_level;
+        attr.port_num = port.port_num();
+        if (!remote_gid.is_zero() || port.attributes().is_ethernet()) {
+            attr.is_global = 1;
+            attr.grh.dgid = remote_gid.native();
+            attr.grh.sgid_index = static_cast<std::uint8_t>(port.gid().index);
+            attr.grh.hop_limit = hop_limit;
+        }
+        handle_.reset(::ibv_create_ah(pd.native_handle(), &attr));
+        if (!handle_) [[unlikely]]
+            detail::throw_errno("ibv_create_ah", "from " + port.to_string() + " GID " + port.gid().gid.to_string() +
+                                                     " to LID " + std::to_string(remote_lid) + " GID " +
+                                                     remote_gid.to_string());
+    }
+
+    /// The verbs handle.
+    [[nodiscard]] ibv_ah* native_handle() const noexcept { return handle_.get(); }
+
+private:
+    struct deleter {
+        void operator()(ibv_ah* a) const noexcept { (void)::ibv_destroy_ah(a); }
+    };
+    std::unique_ptr<ibv_ah, deleter> handle_;
+};
+
+} // namespace v0
+} // namespace rdmacxx
