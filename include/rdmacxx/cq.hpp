@@ -75,6 +75,26 @@ private:
 };
 static_assert(sizeof(work_completion) == sizeof(ibv_wc), "work_completion must be layout-compatible with ibv_wc");
 
+/// The payload of a UD receive: `buffer` (the receive buffer that was posted) less the 40-byte
+/// GRH in front, `wc.byte_len() - 40` bytes long.
+/// @throws argument_error when the completion is shorter than a GRH or longer than the buffer.
+template <class T>
+[[nodiscard]] std::span<T> ud_payload(std::span<T> buffer, work_completion const& wc) {
+    static_assert(sizeof(T) == 1, "a UD payload is bytes: pass a span of std::byte, char or unsigned char");
+    if (wc.byte_len() < 40 || wc.byte_len() > buffer.size()) [[unlikely]]
+        detail::throw_argument("UD completion of " + std::to_string(wc.byte_len()) + " bytes does not fit a GRH of 40 bytes and a buffer of " +
+                               std::to_string(buffer.size()) + " bytes");
+    return buffer.subspan(40, wc.byte_len() - 40);
+}
+
+/// The 40-byte GRH at the front of a UD receive buffer (meaningful when `wc.has_grh()`).
+template <class T>
+[[nodiscard]] std::span<T, 40> ud_grh(std::span<T> buffer) {
+    static_assert(sizeof(T) == 1, "a GRH is bytes");
+    if (buffer.size() < 40) [[unlikely]] detail::throw_argument("a UD receive buffer holds at least a 40-byte GRH");
+    return buffer.template first<40>();
+}
+
 /// Up to `N` completions returned by value from `completion_queue::poll<N>()`; a range.
 template <std::size_t N>
 class completion_batch {

@@ -9,16 +9,20 @@
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
 #include "rdmacxx/pd.hpp"
+#include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 #include "rdmacxx/wr.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -160,12 +164,25 @@ public:
     /// @throws sys_error when ibv_create_qp(3) fails (EINVAL for caps past the device limits).
     queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
                qp_capabilities const& caps = {})
+        : queue_pair(pd, send_cq, recv_cq, nullptr, caps) {}
+
+    /// Creates a QP that takes its receive buffers from `srq` (its own receive queue stays
+    /// empty: post receives to the SRQ); otherwise as the constructor above.
+    /// @throws sys_error when ibv_create_qp(3) fails.
+    queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
+               shared_receive_queue& srq, qp_capabilities const& caps = {})
+        : queue_pair(pd, send_cq, recv_cq, &srq, caps) {}
+
+private:
+    queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
+               shared_receive_queue* srq, qp_capabilities const& caps)
         : pd_(&pd) {
         ibv_qp_init_attr init{};
+        init.srq = srq != nullptr ? srq->native_handle() : nullptr;
         init.send_cq = send_cq.native_handle();
         init.recv_cq = recv_cq.native_handle();
         init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_recv_wr = caps.max_recv_wr;
+        init.cap.max_recv_wr = srq != nullptr ? 0 : caps.max_recv_wr;
         init.cap.max_send_sge = caps.max_send_sge;
         init.cap.max_recv_sge = caps.max_recv_sge;
         init.cap.max_inline_data = caps.max_inline_data;
@@ -182,6 +199,7 @@ public:
         psn_ = std::random_device{}() & 0xffffffU;
     }
 
+public:
     queue_pair(queue_pair&&) noexcept = default;
     queue_pair& operator=(queue_pair&&) noexcept = default;
     ~queue_pair() = default;
@@ -324,6 +342,35 @@ public:
             detail::throw_post(rc, "ibv_post_send", i, chain[i].wr_id, chain[i].opcode, qp_num());
         }
     }
+
+    /// Posts a run of requests of one type, built on the stack and chained `max_chain` at a
+    /// time (one doorbell per 64 requests, no heap allocation).
+    /// @throws argument_error (nothing of that chunk posted) as `post(wrs…)`; wr_error whose
+    ///         `bad_index()` counts from the start of `wrs` when ibv_post_send(3) refuses one.
+    template <class W>
+        requires postable_on<W, Transport>
+    void post(std::span<W const> wrs) {
+        for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
+            std::size_t const n = std::min(max_chain, wrs.size() - base);
+            std::array<ibv_send_wr, max_chain> chain;
+            for (std::size_t i = 0; i < n; ++i) {
+                check_one(wrs[base + i], base + i);
+                chain[i] = ibv_send_wr{};
+                wrs[base + i].template build<Transport>(chain[i]);
+                chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
+            }
+            ibv_send_wr* bad = nullptr;
+            if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
+                std::size_t i = 0;
+                while (i < n && &chain[i] != bad) ++i;
+                if (i == n) i = 0;
+                detail::throw_post(rc, "ibv_post_send", base + i, chain[i].wr_id, chain[i].opcode, qp_num());
+            }
+        }
+    }
+
+    /// Requests per doorbell of `post(std::span)`.
+    static constexpr std::size_t max_chain = 64;
 
     /// Any request the transport cannot carry lands here and fails to compile with a sentence.
     template <class... Wrs>
@@ -478,6 +525,84 @@ private:
     qp_capabilities caps_{};
     std::uint32_t psn_ = 0;
     std::uint32_t path_mtu_bytes_ = 0;
+};
+
+/// Selective signaling over a queue pair: asks for a completion on every `every`-th send-queue
+/// request only, and accounts for the unsignaled ones, so that a long stream never overruns the
+/// send queue (it waits for a signaled completion, retiring the whole batch before it, when
+/// the queue is full) nor the CQ (one entry per batch).
+///
+/// The QP's send CQ must serve this stream alone while it runs. A failed request completes even
+/// when unsignaled: waiting then throws `wc_error`. The last request of a stream must be
+/// signaled (`post(wr, true)`) or fall on a batch boundary before `finish()`.
+/// Thread-safety: one thread at a time.
+template <class QueuePair>
+class selective_signaling {
+public:
+    using completion_type = typename QueuePair::completion_type;
+
+    /// A stream over `qp` whose send completions arrive on `send_cq`, signaling every `every`-th
+    /// request (1 ≤ every ≤ the QP's max_send_wr).
+    /// @throws argument_error for `every` out of range.
+    selective_signaling(QueuePair& qp, completion_queue<completion_type>& send_cq, std::uint32_t every)
+        : qp_(&qp), cq_(&send_cq), every_(every), depth_(qp.capabilities().max_send_wr), batches_(depth_ + 1) {
+        if (every == 0 || every > depth_) [[unlikely]]
+            detail::throw_argument("selective signaling every " + std::to_string(every) +
+                                   " requests does not fit a send queue of " + std::to_string(depth_));
+    }
+
+    /// Posts `wr`, signaled when it completes a batch of `every` or when `last` is true; first
+    /// waits for the oldest batch when the send queue is full.
+    /// @throws as `queue_pair::post`, and wc_error when a retired batch failed.
+    template <class W>
+    void post(W wr, bool last = false) {
+        while (outstanding_ + 1 > depth_) retire_one();
+        bool const signal = last || since_signal_ + 1 == every_;
+        wr.signaled(signal);
+        qp_->post(wr);
+        ++outstanding_;
+        ++posted_;
+        ++since_signal_;
+        if (signal) {
+            batches_[tail_] = since_signal_;
+            tail_ = (tail_ + 1) % batches_.size();
+            since_signal_ = 0;
+        }
+    }
+
+    /// Waits until every signaled batch has completed.
+    /// @throws argument_error when unsignaled requests trail the last signaled one (their end
+    ///         cannot be observed); wc_error when a batch failed.
+    void finish() {
+        if (since_signal_ != 0) [[unlikely]]
+            detail::throw_argument(std::to_string(since_signal_) +
+                                   " unsignaled requests trail the stream: post the last one with last = true");
+        while (outstanding_ != 0) retire_one();
+    }
+
+    /// Requests posted so far.
+    [[nodiscard]] std::uint64_t posted() const noexcept { return posted_; }
+    /// Requests posted and not yet known to be complete.
+    [[nodiscard]] std::uint32_t outstanding() const noexcept { return outstanding_; }
+
+private:
+    void retire_one() {
+        if (head_ == tail_) [[unlikely]]
+            detail::throw_argument("the send queue is full of unsignaled requests: signal more often");
+        cq_->wait_one().throw_if_error();
+        outstanding_ -= batches_[head_];
+        head_ = (head_ + 1) % batches_.size();
+    }
+
+    QueuePair* qp_;
+    completion_queue<completion_type>* cq_;
+    std::uint32_t every_;
+    std::uint32_t depth_;
+    std::vector<std::uint32_t> batches_;  // sizes of the signaled batches in flight, a ring
+    std::size_t head_ = 0, tail_ = 0;
+    std::uint32_t since_signal_ = 0;
+    std::uint32_t outstanding_ = 0;
+    std::uint64_t posted_ = 0;
 };
 
 } // namespace v0

@@ -15,5 +15,6 @@
 #include "rdmacxx/memory.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/qp.hpp"
+#include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 #include "rdmacxx/wr.hpp"
