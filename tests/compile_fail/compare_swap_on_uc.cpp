@@ -1,0 +1,10 @@
+// expect: atomic operations (compare-and-swap, fetch-and-add) are available only on RC
+// Posting compare-and-swap on a uc queue pair must not compile.
+#include "rdmacxx/rdmacxx.hpp"
+
+namespace rx = rdmacxx;
+
+void misuse(rx::queue_pair<rx::uc, rx::busy_poll>& qp, rx::local_span<std::uint64_t> local,
+            rx::remote_span<std::uint64_t> remote) {
+    qp.post(rx::compare_swap{local, remote, 1, 2});
+}

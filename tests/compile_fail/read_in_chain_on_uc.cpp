@@ -1,0 +1,10 @@
+// expect: RDMA READ is available only on RC queue pairs
+// Posting a chain holding an RDMA READ on a uc queue pair must not compile.
+#include "rdmacxx/rdmacxx.hpp"
+
+namespace rx = rdmacxx;
+
+void misuse(rx::queue_pair<rx::uc, rx::busy_poll>& qp, rx::local_span<std::uint64_t> local,
+            rx::remote_span<std::uint64_t> remote) {
+    qp.post(rx::write{local, remote}, rx::read{local, remote});
+}

@@ -1,0 +1,10 @@
+// expect: RDMA READ is available only on RC queue pairs
+// Posting RDMA READ on a ud queue pair must not compile.
+#include "rdmacxx/rdmacxx.hpp"
+
+namespace rx = rdmacxx;
+
+void misuse(rx::queue_pair<rx::ud, rx::busy_poll>& qp, rx::local_span<std::uint64_t> local,
+            rx::remote_span<std::uint64_t> remote) {
+    qp.post(rx::read{local, remote});
+}
