@@ -11,10 +11,12 @@
 #include <poll.h>
 
 #include <array>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <system_error>
@@ -99,16 +101,23 @@ template <class T>
 template <std::size_t N>
 class completion_batch {
 public:
-    [[nodiscard]] work_completion const* begin() const noexcept { return items_.data(); }
-    [[nodiscard]] work_completion const* end() const noexcept { return items_.data() + count_; }
+    [[nodiscard]] work_completion const* begin() const noexcept { return items(); }
+    [[nodiscard]] work_completion const* end() const noexcept { return items() + count_; }
     [[nodiscard]] std::size_t size() const noexcept { return count_; }
     [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
-    [[nodiscard]] work_completion const& operator[](std::size_t i) const noexcept { return items_[i]; }
+    [[nodiscard]] work_completion const& operator[](std::size_t i) const noexcept { return items()[i]; }
 
 private:
     template <class>
     friend class completion_queue;
-    std::array<work_completion, N> items_;
+    // Raw storage, not an array of work_completion: those would be zeroed on every poll<N>()
+    // (N × 48 bytes) only to be overwritten by ibv_poll_cq(3). work_completion is an
+    // implicit-lifetime type, so the completions the provider writes here are objects.
+    [[nodiscard]] work_completion* items() noexcept { return std::launder(reinterpret_cast<work_completion*>(storage_)); }
+    [[nodiscard]] work_completion const* items() const noexcept {
+        return std::launder(reinterpret_cast<work_completion const*>(storage_));
+    }
+    alignas(work_completion) std::byte storage_[N * sizeof(work_completion)];
     std::size_t count_ = 0;
 };
 
@@ -124,7 +133,18 @@ struct event_driven {
     static constexpr bool uses_channel = true;
 };
 
-/// A completion strategy: `busy_poll`, `event_driven`, or a user type with the same contract.
+/// Completion strategy: the waiter spins on ibv_poll_cq(3) for up to `spin` (50 µs), then arms
+/// the CQ and sleeps on its channel as `event_driven` does: low latency when completions come
+/// quickly, no core burned when they do not.
+struct adaptive {
+    static constexpr bool uses_channel = true;
+    /// How long a waiter spins before it sleeps.
+    static constexpr std::chrono::microseconds spin{50};
+};
+
+/// A completion strategy: `busy_poll`, `event_driven`, `adaptive`, or a user type with the same
+/// contract: `uses_channel` says whether the CQ gets a completion channel, and an optional
+/// `std::chrono` duration `spin` how long a waiter polls before it sleeps.
 template <class C>
 concept completion_strategy = requires {
     { C::uses_channel } -> std::convertible_to<bool>;
@@ -242,15 +262,21 @@ public:
     template <std::size_t N>
     [[nodiscard]] completion_batch<N> poll() {
         completion_batch<N> batch;
-        batch.count_ = poll(std::span{batch.items_});
+        batch.count_ = poll(std::span<work_completion>{batch.items(), N});
         return batch;
     }
 
     /// Blocks until at least one completion is there, then takes up to `out.size()`; returns
-    /// how many (at least 1). `busy_poll` spins; `event_driven` arms the CQ, polls once more so
+    /// how many (at least 1). `busy_poll` spins; `adaptive` spins for a while first; `event_driven` arms the CQ, polls once more so
     /// that a completion that arrived before the arm is not missed, then sleeps on the channel.
     /// @throws sys_error when polling, arming or reading the channel fails.
     std::size_t wait(std::span<work_completion> out) {
+        if constexpr (Completion::uses_channel && requires { Completion::spin; }) {
+            auto const until = std::chrono::steady_clock::now() + Completion::spin;
+            do {
+                if (std::size_t n = poll(out); n != 0) return n;
+            } while (std::chrono::steady_clock::now() < until);
+        }
         for (;;) {
             if (std::size_t n = poll(out); n != 0) return n;
             if constexpr (Completion::uses_channel) {

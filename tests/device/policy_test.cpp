@@ -26,9 +26,9 @@ struct combo {
 
 #define CONNECTED_COMBOS                                                                                               \
     combo<rx::rc, rx::busy_poll>, combo<rx::rc, rx::event_driven>, combo<rx::uc, rx::busy_poll>,                       \
-        combo<rx::uc, rx::event_driven>
-#define RC_COMBOS combo<rx::rc, rx::busy_poll>, combo<rx::rc, rx::event_driven>
-#define ALL_COMPLETIONS rx::busy_poll, rx::event_driven
+        combo<rx::uc, rx::event_driven>, combo<rx::rc, rx::adaptive>, combo<rx::uc, rx::adaptive>
+#define RC_COMBOS combo<rx::rc, rx::busy_poll>, combo<rx::rc, rx::event_driven>, combo<rx::rc, rx::adaptive>
+#define ALL_COMPLETIONS rx::busy_poll, rx::event_driven, rx::adaptive
 
 template <class Completion>
 rx::work_completion wait_ok(rx::completion_queue<Completion>& cq) {
@@ -272,8 +272,9 @@ TEST_CASE_TEMPLATE("policy: a shared receive queue serves several QPs", Completi
     for (std::size_t i = 0; i < 3; ++i) CHECK(from[i] == receivers[i].qp_num());
 }
 
-TEST_CASE("policy: an event-driven waiter sleeps until another thread posts") {
-    test::loopback<rx::rc, rx::event_driven> lb;
+TEST_CASE_TEMPLATE("policy: an event-driven or adaptive waiter sleeps until another thread posts", Completion,
+                   rx::event_driven, rx::adaptive) {
+    test::loopback<rx::rc, Completion> lb;
     test::buffer src(lb.pd, 64), dst(lb.pd, 64);
     lb.b.post_recv(rx::recv{dst.span()}.id(1));
     std::atomic<long> tid{0};
