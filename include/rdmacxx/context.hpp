@@ -1,17 +1,23 @@
 #pragma once
 /// @file
-/// `context`: an open RDMA device, with its device and port attributes and its GID table.
+/// `context`: an open RDMA device, with its device and port attributes, its GID and P_Key tables
+/// and GID selection.
 
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
 
+#include <ifaddrs.h>
 #include <net/if.h>
 
+#include <arpa/inet.h>
+
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -74,12 +80,95 @@ struct gid_entry {
         if (ndev_ifindex == 0 || ::if_indextoname(ndev_ifindex, buf) == nullptr) return {};
         return buf;
     }
+
+    /// True when the entry is bound to a network device that is administratively up (`IFF_UP`,
+    /// as `ip link set DEV up` sets it). False when it has no network device, when the device is
+    /// gone or down, or when getifaddrs(3) fails.
+    /// @see getifaddrs(3), netdevice(7)
+    [[nodiscard]] bool netdev_up() const {
+        std::string const dev = netdev_name();
+        if (dev.empty()) return false;
+        ifaddrs* list = nullptr;
+        if (::getifaddrs(&list) != 0) return false;
+        bool up = false;
+        for (ifaddrs const* a = list; a != nullptr; a = a->ifa_next)
+            if (a->ifa_name != nullptr && dev == a->ifa_name && (a->ifa_flags & IFF_UP) != 0) up = true;
+        ::freeifaddrs(list);
+        return up;
+    }
+
+    /// "[1] ::ffff:198.18.0.1 RoCE v2 eth0": index, GID, type and network device (when any).
+    [[nodiscard]] std::string to_string() const {
+        std::string s = "[" + std::to_string(index) + "] " + gid.to_string() + " " + rdmacxx::to_string(type);
+        if (auto const dev = netdev_name(); !dev.empty()) s += " " + dev;
+        return s;
+    }
 };
 
+/// How `context::select_gid` and `end_port` choose a GID table entry. The default (all fields
+/// unset) picks, on a RoCE port, by these rules in order of weight:
+///   1. a RoCE v2 GID before a RoCE v1 (or IB) one: v2 is routable over UDP/IP;
+///   2. a routable GID (IPv4-mapped `::ffff:a.b.c.d` or global) before a link-local (fe80::/10) one;
+///   3. a GID bound to a network device that is up before one whose device is down or gone;
+///   4. among equals, the lowest index.
+/// On an InfiniBand port it picks index 0, the port GID. Each field, when set, overrides:
+/// `index` takes that entry as it is; `address` takes the entry holding that GID; `type` keeps
+/// only entries of that type before the rules run.
+struct gid_selector {
+    std::optional<std::uint32_t> index;          ///< use exactly this GID table index
+    std::optional<rdmacxx::gid> address;         ///< use the entry holding this GID
+    std::optional<rdmacxx::gid_type> type;       ///< consider only entries of this type
+};
+
+/// The text of a port state, as ibv_port_state_str(3) gives it: "down", "init", "armed",
+/// "active", "active defer", "no state change (NOP)".
+/// @see ibv_port_state_str(3)
+[[nodiscard]] inline std::string_view to_string(ibv_port_state state) noexcept { return ::ibv_port_state_str(state); }
+
+/// "InfiniBand", "Ethernet" or "unspecified" for a port's link layer code.
+[[nodiscard]] constexpr std::string_view link_layer_name(std::uint8_t link_layer) noexcept {
+    switch (link_layer) {
+    case IBV_LINK_LAYER_INFINIBAND: return "InfiniBand";
+    case IBV_LINK_LAYER_ETHERNET: return "Ethernet";
+    default: return "unspecified";
+    }
+}
+
+/// The link width for an `active_width` code: "1X", "2X", "4X", "8X", "12X", or "unknown".
+/// @see ibv_query_port(3)
+[[nodiscard]] constexpr std::string_view link_width_name(std::uint8_t width) noexcept {
+    switch (width) {
+    case 1: return "1X";
+    case 2: return "4X";
+    case 4: return "8X";
+    case 8: return "12X";
+    case 16: return "2X";
+    default: return "unknown";
+    }
+}
+
+/// The per-lane signalling rate for an `active_speed` code, e.g. "2.5 Gbps (SDR)",
+/// "25.0 Gbps (EDR)", or "unknown".
+/// @see ibv_query_port(3)
+[[nodiscard]] constexpr std::string_view link_speed_name(std::uint8_t speed) noexcept {
+    switch (speed) {
+    case 1: return "2.5 Gbps (SDR)";
+    case 2: return "5.0 Gbps (DDR)";
+    case 4: return "10.0 Gbps (QDR)";
+    case 8: return "10.0 Gbps (FDR10)";
+    case 16: return "14.0 Gbps (FDR)";
+    case 32: return "25.0 Gbps (EDR)";
+    case 64: return "50.0 Gbps (HDR)";
+    case 128: return "100.0 Gbps (NDR)";
+    default: return "unknown";
+    }
+}
+
 /// Attributes of one port, as ibv_query_port(3) reports them.
-/// A value type; `native()` gives every field.
+/// A value type; `native()` gives every field. Thread-safety: immutable.
 class port_attributes {
 public:
+    /// Wraps attributes filled by ibv_query_port(3).
     explicit port_attributes(ibv_port_attr const& attr) noexcept : attr_(attr) {}
     /// DOWN, INIT, ARMED, ACTIVE, …
     [[nodiscard]] ibv_port_state state() const noexcept { return attr_.state; }
@@ -103,6 +192,18 @@ public:
     [[nodiscard]] std::uint8_t active_width() const noexcept { return attr_.active_width; }
     /// The active link speed code (see ibv_query_port(3)).
     [[nodiscard]] std::uint8_t active_speed() const noexcept { return attr_.active_speed; }
+    /// The state as text: "down", "init", "armed", "active", …
+    [[nodiscard]] std::string_view state_name() const noexcept { return rdmacxx::to_string(attr_.state); }
+    /// The link layer as text: "InfiniBand", "Ethernet" or "unspecified".
+    [[nodiscard]] std::string_view link_layer_name() const noexcept { return rdmacxx::link_layer_name(attr_.link_layer); }
+    /// The active link width as text, e.g. "1X", "4X".
+    [[nodiscard]] std::string_view width_name() const noexcept { return link_width_name(attr_.active_width); }
+    /// The active per-lane speed as text, e.g. "2.5 Gbps (SDR)".
+    [[nodiscard]] std::string_view speed_name() const noexcept { return link_speed_name(attr_.active_speed); }
+    /// The active MTU in bytes (256 … 4096).
+    [[nodiscard]] std::uint32_t active_mtu_bytes() const noexcept { return mtu_bytes(attr_.active_mtu); }
+    /// The physical port state code (5 = LinkUp; see ibv_query_port(3)).
+    [[nodiscard]] std::uint8_t phys_state() const noexcept { return attr_.phys_state; }
     /// Every field.
     [[nodiscard]] ibv_port_attr const& native() const noexcept { return attr_; }
 
@@ -172,35 +273,99 @@ public:
         return table;
     }
 
-    /// Picks the GID a connection from port `port_num` should use. For RoCE ports: a RoCE v2
-    /// GID before a RoCE v1 one, a routable one (IPv4-mapped or global) before a link-local
-    /// one, and among equals the lowest index. For InfiniBand ports: index 0.
-    /// @throws argument_error when the port has no usable GID.
-    [[nodiscard]] gid_entry select_gid(std::uint8_t port_num) const {
+    /// Picks the GID table entry connections from port `port_num` use, by the rules of
+    /// `gid_selector` (by default: RoCE v2 before v1, routable before link-local, network device
+    /// up before down, lowest index; index 0 on an InfiniBand port).
+    /// @throws argument_error (std::errc::no_such_device_or_address) naming the port, what was
+    ///         asked and the GID table when no entry fits; sys_error when the port cannot be
+    ///         queried.
+    /// @see ibv_query_gid_ex(3)
+    [[nodiscard]] gid_entry select_gid(std::uint8_t port_num, gid_selector const& want = {}) const {
         auto const table = gid_table(port_num);
-        auto score = [](gid_entry const& e) {
-            int s = 0;
-            if (e.type == gid_type::roce_v2) s += 4;
-            if (!e.gid.is_link_local()) s += 2;
-            if (e.ndev_ifindex != 0) s += 1;
-            return s;
-        };
         gid_entry const* best = nullptr;
-        for (auto const& e : table)
-            if (best == nullptr || score(e) > score(*best)) best = &e;
-        if (best == nullptr) [[unlikely]]
-            detail::throw_argument("port " + std::string{name()} + "/" + std::to_string(port_num) +
-                                   " has no populated GID table entry");
-        if (best->type == gid_type::ib)
+        if (want.index) {
             for (auto const& e : table)
-                if (e.index == 0) return e;
+                if (e.index == *want.index) best = &e;
+        } else if (want.address) {
+            for (auto const& e : table)
+                if (e.gid == *want.address) best = &e;
+        } else {
+            bool const ib = !table.empty() && table.front().type == gid_type::ib && !want.type;
+            auto score = [](gid_entry const& e) {
+                int s = 0;
+                if (e.type == gid_type::roce_v2) s += 4;
+                if (!e.gid.is_link_local()) s += 2;
+                if (e.netdev_up()) s += 1;
+                return s;
+            };
+            int best_score = -1;
+            for (auto const& e : table) {
+                if (want.type && e.type != *want.type) continue;
+                if (ib) {
+                    if (e.index == 0) best = &e;
+                    continue;
+                }
+                if (int const sc = score(e); sc > best_score) {  // strict: the lowest index wins ties
+                    best = &e;
+                    best_score = sc;
+                }
+            }
+        }
+        if (best == nullptr) [[unlikely]]
+            throw_no_gid(port_num, want, table);
         return *best;
     }
+
+    /// The number of physical ports (ports are numbered 1 … port_count()).
+    /// @throws sys_error when ibv_query_device(3) fails.
+    [[nodiscard]] std::uint8_t port_count() const {
+        ibv_device_attr attr{};
+        if (int rc = ::ibv_query_device(handle_.get(), &attr); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_query_device", "on " + std::string{name()});
+        return attr.phys_port_cnt;
+    }
+
+    /// The P_Key table of port `port_num`, host byte order, one value per index
+    /// (`pkey_table_length()` of them; 0 marks an empty slot). Index 0 usually holds 0xffff,
+    /// the default full-membership P_Key.
+    /// @throws sys_error when the port or an entry cannot be queried.
+    /// @see ibv_query_pkey(3)
+    [[nodiscard]] std::vector<std::uint16_t> pkey_table(std::uint8_t port_num) const {
+        auto const port = query_port(port_num);
+        std::vector<std::uint16_t> table;
+        table.reserve(port.pkey_table_length());
+        for (int i = 0; i < port.pkey_table_length(); ++i) {
+            __be16 raw = 0;
+            if (::ibv_query_pkey(handle_.get(), port_num, i, &raw) != 0) [[unlikely]]
+                detail::throw_errno("ibv_query_pkey", "for P_Key index " + std::to_string(i) + " of port " +
+                                                          std::string{name()} + "/" + std::to_string(port_num));
+            table.push_back(ntohs(raw));
+        }
+        return table;
+    }
+
+    /// The file descriptor of the context's asynchronous events (`async_fd`); see
+    /// `async_event_queue` in async.hpp for reading it.
+    [[nodiscard]] int async_fd() const noexcept { return handle_->async_fd; }
 
     /// The verbs handle.
     [[nodiscard]] ibv_context* native_handle() const noexcept { return handle_.get(); }
 
 private:
+    RDMACXX_COLD [[noreturn]] void throw_no_gid(std::uint8_t port_num, gid_selector const& want,
+                                                std::vector<gid_entry> const& table) const {
+        std::string asked = "usable GID";
+        if (want.index) asked = "GID index " + std::to_string(*want.index);
+        else if (want.address) asked = "GID " + want.address->to_string();
+        else if (want.type) asked = std::string{rdmacxx::to_string(*want.type)} + " GID";
+        std::string have = table.empty() ? std::string{"its GID table is empty"} : std::string{"its GIDs:"};
+        for (auto const& e : table) have += " " + e.to_string() + ";";
+        if (!table.empty()) have.pop_back();
+        throw argument_error("port " + std::string{name()} + "/" + std::to_string(port_num) + " has no " + asked +
+                                 " (" + have + ")",
+                             std::errc::no_such_device_or_address);
+    }
+
     struct deleter {
         void operator()(ibv_context* c) const noexcept { (void)::ibv_close_device(c); }
     };

@@ -32,13 +32,17 @@ public:
     /// The node GUID. @see ibv_get_device_guid(3)
     [[nodiscard]] rdmacxx::guid guid() const noexcept { return guid::from_network(::ibv_get_device_guid(handle_)); }
 
-    /// The kernel's stable index of the device (it survives renames).
-    /// @throws sys_error with ENOTSUP when the kernel does not report indices.
+    /// The kernel's stable index of the device (it survives renames), as the Rust `ibverbs`
+    /// crate's `Device::index` gives it.
+    /// @throws sys_error with ENOTSUP (std::errc::not_supported) saying that the kernel or
+    ///         libibverbs does not report device indices, when ibv_get_device_index(3) fails.
     /// @see ibv_get_device_index(3)
     [[nodiscard]] int index() const {
         int const idx = ::ibv_get_device_index(handle_);
         if (idx < 0) [[unlikely]]
-            detail::throw_sys(ENOTSUP, "ibv_get_device_index", "for device " + std::string{name()});
+            detail::throw_sys(ENOTSUP, "ibv_get_device_index",
+                              "for device " + std::string{name()} +
+                                  ": this kernel or libibverbs does not report stable device indices");
         return idx;
     }
 
@@ -46,6 +50,21 @@ public:
     [[nodiscard]] ibv_node_type node_type() const noexcept { return handle_->node_type; }
     /// The transport type (InfiniBand, iWARP, …); RoCE devices, rxe among them, report InfiniBand.
     [[nodiscard]] ibv_transport_type transport_type() const noexcept { return handle_->transport_type; }
+    /// The node type as text, as ibv_node_type_str(3) gives it: "InfiniBand channel adapter",
+    /// "InfiniBand switch", "InfiniBand router", "iWARP NIC", … @see ibv_node_type_str(3)
+    [[nodiscard]] std::string_view node_type_name() const noexcept { return ::ibv_node_type_str(node_type()); }
+    /// The transport type as text: "InfiniBand", "iWARP", "usNIC", "usNIC UDP", "unspecified".
+    [[nodiscard]] std::string_view transport_type_name() const noexcept {
+        switch (transport_type()) {
+        case IBV_TRANSPORT_IB: return "InfiniBand";
+        case IBV_TRANSPORT_IWARP: return "iWARP";
+        case IBV_TRANSPORT_USNIC: return "usNIC";
+        case IBV_TRANSPORT_USNIC_UDP: return "usNIC UDP";
+        case IBV_TRANSPORT_UNSPECIFIED: return "unspecified";
+        case IBV_TRANSPORT_UNKNOWN: break;
+        }
+        return "unknown";
+    }
 
     /// Opens the device. Defined in context.hpp.
     /// @throws sys_error naming the device when ibv_open_device(3) fails.

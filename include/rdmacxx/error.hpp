@@ -2,7 +2,7 @@
 /// @file
 /// The rdmacxx error hierarchy, layered as python-rdma's: one root, `rdmacxx::error`, and below
 /// it system errors (`sys_error`), work-request errors (`wr_error`), work-completion errors
-/// (`wc_error`) and bad-input errors (`argument_error`). Every error carries a stack of
+/// (`wc_error`), asynchronous-event errors (`async_error`) and bad-input errors (`argument_error`). Every error carries a stack of
 /// context messages that grows as it crosses layers and prints itself with `dump_detailed`.
 
 #include "rdmacxx/detail/verbs.hpp"
@@ -41,6 +41,26 @@ inline namespace v0 {
 /// Makes a `std::error_code` in `wc_category()` from a completion status.
 [[nodiscard]] inline std::error_code make_wc_error_code(ibv_wc_status status) noexcept {
     return {static_cast<int>(status), wc_category()};
+}
+
+/// The error category of asynchronous event types (`enum ibv_event_type`): `message()` is the
+/// text of ibv_event_type_str(3), e.g. "QP access error". Every value is an event, so no value
+/// means success here: only `async_error` carries codes of this category.
+/// Thread-safety: the category object is immutable and shared.
+[[nodiscard]] inline std::error_category const& async_category() noexcept {
+    struct category final : std::error_category {
+        [[nodiscard]] char const* name() const noexcept override { return "rdmacxx.async_event"; }
+        [[nodiscard]] std::string message(int value) const override {
+            return ::ibv_event_type_str(static_cast<ibv_event_type>(value));
+        }
+    };
+    static category const instance;
+    return instance;
+}
+
+/// Makes a `std::error_code` in `async_category()` from an asynchronous event type.
+[[nodiscard]] inline std::error_code make_async_error_code(ibv_event_type type) noexcept {
+    return {static_cast<int>(type), async_category()};
 }
 
 /// The root of every exception rdmacxx throws.
@@ -108,9 +128,10 @@ private:
 
     void compose() {
         std::string text;
-        for (auto it = state_->messages.rbegin(); it != state_->messages.rend(); ++it) {
+        auto const& msgs = state_->messages;
+        for (std::size_t i = msgs.size(); i-- > 0;) {
             if (!text.empty()) text += ": ";
-            text += *it;
+            text += msgs[i];
         }
         text += " (";
         text += code().message();
@@ -129,8 +150,7 @@ public:
     /// @param verb  the C function that failed, e.g. "ibv_modify_qp"
     /// @param what  what rdmacxx was doing, e.g. "moving QP 17 from INIT to RTR"
     sys_error(int err, std::string verb, std::string what)
-        : error(std::error_code{err, std::system_category()}, verb + " failed" + (what.empty() ? "" : " " + what)),
-          verb_(std::move(verb)) {}
+        : error(std::error_code{err, std::system_category()}, message(verb, std::move(what))), verb_(std::move(verb)) {}
 
     /// The C function that failed.
     [[nodiscard]] std::string const& verb() const noexcept { return verb_; }
@@ -143,6 +163,13 @@ protected:
     }
 
 private:
+    // "VERB failed WHAT", or "VERB failed" when there is no WHAT.
+    static std::string message(std::string const& verb, std::string what) {
+        if (what.empty()) return verb + " failed";
+        what.insert(0, verb + " failed ");
+        return what;
+    }
+
     std::string verb_;
 };
 
@@ -167,7 +194,7 @@ public:
     /// @param wr_id      the refused request's `wr_id`
     /// @param opcode     the refused request's opcode (`ibv_wr_opcode`), or -1 for a receive
     /// @param qp_num     the QP number it was posted to
-    wr_error(int err, std::string verb, std::size_t bad_index, std::uint64_t wr_id, int opcode, std::uint32_t qp_num)
+    wr_error(int err, std::string const& verb, std::size_t bad_index, std::uint64_t wr_id, int opcode, std::uint32_t qp_num)
         : error(std::error_code{err, std::system_category()},
                 verb + " refused work request " + std::to_string(bad_index) + " of its chain on QP " +
                     std::to_string(qp_num)),
@@ -236,6 +263,53 @@ protected:
 private:
     ibv_wc wc_;
     bool is_send_;
+};
+
+/// An asynchronous error event the user asked to be raised (python-rdma's `AsyncError`): a QP,
+/// CQ, SRQ or WQ gone to the error state, a device gone fatal. `code()` is the event type in
+/// `async_category()`. The event itself has been acknowledged when this is thrown; the error
+/// keeps what identifies the affected object.
+/// @see ibv_get_async_event(3)
+class async_error : public error {
+public:
+    /// @param type      the event type, e.g. IBV_EVENT_QP_ACCESS_ERR
+    /// @param device    the device's name, e.g. "rxe0"
+    /// @param affected  what it affects, for people: "QP 17", "CQ 0x55d0c8e0", "port 1", "device"
+    /// @param qp_num    the QP number for a QP event, else 0
+    /// @param port_num  the port for a port event, else 0
+    async_error(ibv_event_type type, std::string device, std::string affected, std::uint32_t qp_num = 0,
+                int port_num = 0)
+        : error(make_async_error_code(type), std::string{"asynchronous event \""} + ::ibv_event_type_str(type) +
+                                                 "\" on " + device + " for " + affected),
+          type_(type), device_(std::move(device)), affected_(std::move(affected)), qp_num_(qp_num),
+          port_num_(port_num) {}
+
+    /// The event type.
+    [[nodiscard]] ibv_event_type event_type() const noexcept { return type_; }
+    /// The device's name.
+    [[nodiscard]] std::string const& device() const noexcept { return device_; }
+    /// What the event affects, as text ("QP 17", "port 1", …).
+    [[nodiscard]] std::string const& affected() const noexcept { return affected_; }
+    /// The QP number for a QP event, else 0.
+    [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_num_; }
+    /// The port number for a port event, else 0.
+    [[nodiscard]] int port_num() const noexcept { return port_num_; }
+
+protected:
+    void dump_attributes(std::ostream& os, std::string const& lead) const override {
+        os << lead << "event: " << ::ibv_event_type_str(type_) << " (" << static_cast<int>(type_) << ")\n"
+           << lead << "device: " << device_ << '\n'
+           << lead << "affected: " << affected_ << '\n';
+        if (qp_num_ != 0) os << lead << "qp_num: " << qp_num_ << '\n';
+        if (port_num_ != 0) os << lead << "port_num: " << port_num_ << '\n';
+    }
+
+private:
+    ibv_event_type type_;
+    std::string device_;
+    std::string affected_;
+    std::uint32_t qp_num_;
+    int port_num_;
 };
 
 namespace detail {

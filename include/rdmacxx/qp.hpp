@@ -65,6 +65,13 @@ struct connect_options {
     std::uint32_t qkey = 0x11111111;  ///< UD Q_Key
 };
 
+/// Tag of the `queue_pair` constructor that adopts a QP created elsewhere (by the RDMA CM).
+struct adopt_qp_t {
+    explicit adopt_qp_t() = default;
+};
+/// The `adopt_qp_t` tag value.
+inline constexpr adopt_qp_t adopt_qp{};
+
 /// The outcome of a non-throwing post: `error` is 0 or an errno value, `bad_index` the
 /// position of the first request not posted.
 struct [[nodiscard]] post_result {
@@ -173,6 +180,15 @@ public:
                shared_receive_queue& srq, qp_capabilities const& caps = {})
         : queue_pair(pd, send_cq, recv_cq, &srq, caps) {}
 
+    /// Takes ownership of `handle`, a QP of this transport already created in `pd` by other
+    /// means — rdma_create_qp(3) on an RDMA CM id, which also drives its state transitions (see
+    /// cm/id.hpp). `caps` are what it was created with, `path_mtu_bytes` the largest UD message
+    /// (0 for a connected QP). Its PSN is the CM's: `psn()` reads 0. Destroyed with
+    /// ibv_destroy_qp(3) as any other; whoever created it on a CM id clears `id->qp` first.
+    queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
+               std::uint32_t path_mtu_bytes = 0) noexcept
+        : pd_(&pd), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {}
+
 private:
     queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
                shared_receive_queue* srq, qp_capabilities const& caps)
@@ -260,7 +276,13 @@ public:
         attr.max_dest_rd_atomic = opt.max_dest_rd_atomic;
         attr.min_rnr_timer = opt.min_rnr_timer;
         attr.ah_attr = address_vector(port, remote.lid, remote.gid, opt);
-        modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
+        try {
+            modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
+        } catch (error& e) {  // a route error names the GID chosen on this side and the remote one
+            e.push_context("Failed routing QP " + std::to_string(qp_num()) + " from " + port.describe() + " to GID " +
+                           remote.gid.to_string());
+            throw;
+        }
         path_mtu_bytes_ = mtu_bytes(mtu);
     }
 
@@ -332,10 +354,11 @@ public:
     ///         ibv_post_send(3) refuses a request (those before it were posted).
     template <class... Wrs>
         requires(sizeof...(Wrs) > 0 && (postable_on<Wrs, Transport> && ...))
-    void post(Wrs const&... wrs) {
+    RDMACXX_HOT void post(Wrs const&... wrs) {
         check_all(wrs...);
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
-        link(chain, wrs...);
+        std::array<ibv_sge, sge_total<Wrs...>> sges;  // filled by link
+        link(chain, sges, wrs...);
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
             std::size_t const i = index_of(chain, bad);
@@ -390,11 +413,12 @@ public:
     /// refused before posting (nothing posted), or ibv_post_send(3)'s errno and bad index.
     template <class... Wrs>
         requires(sizeof...(Wrs) > 0 && (postable_on<Wrs, Transport> && ...))
-    post_result try_post(Wrs const&... wrs) noexcept {
+    RDMACXX_HOT post_result try_post(Wrs const&... wrs) noexcept {
         if (std::size_t bad_check = first_refused(wrs...); bad_check != npos) [[unlikely]]
             return {EINVAL, bad_check};
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
-        link(chain, wrs...);
+        std::array<ibv_sge, sge_total<Wrs...>> sges;  // filled by link
+        link(chain, sges, wrs...);
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
             return {rc, index_of(chain, bad)};
@@ -405,9 +429,10 @@ public:
     /// @throws wr_error with `bad_index()` when ibv_post_recv(3) refuses one.
     template <recv_work_request... Wrs>
         requires(sizeof...(Wrs) > 0)
-    void post_recv(Wrs const&... wrs) {
-        std::array<ibv_recv_wr, sizeof...(Wrs)> chain{};
-        link_recv(chain, wrs...);
+    RDMACXX_HOT void post_recv(Wrs const&... wrs) {
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain;  // link_recv sets every field: no zeroing
+        std::array<ibv_sge, sge_total<Wrs...>> sges;      // filled by link_recv
+        link_recv(chain, sges, wrs...);
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
             std::size_t const i = index_of(chain, bad);
@@ -418,9 +443,10 @@ public:
     /// As `post_recv`, reporting refusal instead of throwing.
     template <recv_work_request... Wrs>
         requires(sizeof...(Wrs) > 0)
-    post_result try_post_recv(Wrs const&... wrs) noexcept {
-        std::array<ibv_recv_wr, sizeof...(Wrs)> chain{};
-        link_recv(chain, wrs...);
+    RDMACXX_HOT post_result try_post_recv(Wrs const&... wrs) noexcept {
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain;  // link_recv sets every field: no zeroing
+        std::array<ibv_sge, sge_total<Wrs...>> sges;      // filled by link_recv
+        link_recv(chain, sges, wrs...);
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
             return {rc, index_of(chain, bad)};
@@ -480,7 +506,7 @@ private:
     }
 
     template <class... Wrs>
-    void check_all(Wrs const&... wrs) const {
+    RDMACXX_HOT void check_all(Wrs const&... wrs) const {
         std::size_t i = 0;
         (check_one(wrs, i++), ...);
     }
@@ -498,16 +524,39 @@ private:
         return bad;
     }
 
-    template <std::size_t N, class... Wrs>
-    static void link(std::array<ibv_send_wr, N>& chain, Wrs const&... wrs) noexcept {
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((wrs.template build<Transport>(chain[I]), chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr), ...);
+    // The chain's scatter-gather entries are copied into an array beside it, and the WRs point
+    // there rather than into the typed requests: the typed requests then never escape to the
+    // provider, so the compiler keeps their fields in registers and writes only the verbs
+    // structures, as hand-written code does (no dead copy of each request on the stack).
+    template <class... Wrs>
+    static constexpr std::size_t sge_total = (std::size_t{0} + ... + Wrs::sge_count);
+    template <std::size_t S, std::size_t K>
+    RDMACXX_HOT static ibv_sge* copy_sges(std::array<ibv_sge, S>& sges, std::size_t& at, std::span<ibv_sge const, K> from) noexcept {
+        ibv_sge* const first = sges.data() + at;
+        for (std::size_t k = 0; k < K; ++k) {  // field by field: GCC then stores each from its register
+            first[k].addr = from[k].addr;
+            first[k].length = from[k].length;
+            first[k].lkey = from[k].lkey;
+        }
+        at += K;
+        return first;
+    }
+    template <std::size_t N, std::size_t S, class... Wrs>
+    RDMACXX_HOT static void link(std::array<ibv_send_wr, N>& chain, std::array<ibv_sge, S>& sges, Wrs const&... wrs) noexcept {
+        [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
+            std::size_t at = 0;
+            ((wrs.template build<Transport>(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
+              chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
+             ...);
         }(std::make_index_sequence<N>{});
     }
-    template <std::size_t N, class... Wrs>
-    static void link_recv(std::array<ibv_recv_wr, N>& chain, Wrs const&... wrs) noexcept {
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((wrs.build(chain[I]), chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr), ...);
+    template <std::size_t N, std::size_t S, class... Wrs>
+    RDMACXX_HOT static void link_recv(std::array<ibv_recv_wr, N>& chain, std::array<ibv_sge, S>& sges, Wrs const&... wrs) noexcept {
+        [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
+            std::size_t at = 0;
+            ((wrs.build(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
+              chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
+             ...);
         }(std::make_index_sequence<N>{});
     }
     template <class Wr, std::size_t N>

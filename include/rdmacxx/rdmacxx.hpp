@@ -6,6 +6,13 @@
 
 #include "rdmacxx/access.hpp"
 #include "rdmacxx/ah.hpp"
+#include "rdmacxx/async.hpp"
+#include "rdmacxx/cm/address.hpp"
+#include "rdmacxx/cm/connection.hpp"
+#include "rdmacxx/cm/error.hpp"
+#include "rdmacxx/cm/event.hpp"
+#include "rdmacxx/cm/event_type.hpp"
+#include "rdmacxx/cm/id.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/device.hpp"

@@ -338,9 +338,12 @@ public:
 
 protected:
     atomic_base(local_span<std::uint64_t> result, remote_span<std::uint64_t> target)
-        : send_wr_base<Derived, 1>(as_sg_list(result.empty() ? result : result.first(1))),
+        : send_wr_base<Derived, 1>(sg_list<1>{{ibv_sge{reinterpret_cast<std::uintptr_t>(result.data()), 8, result.lkey()}}, 8}),
           remote_addr_(target.address()), rkey_(target.rkey()) {
-        if (result.empty() || target.empty() || target.address() % 8 != 0) [[unlikely]]
+        // The entry is always 8 bytes (an empty result throws here, before it is used); the three
+        // conditions are tested with one branch.
+        if ((static_cast<unsigned>(result.empty()) | static_cast<unsigned>(target.empty()) |
+             static_cast<unsigned>(target.address() % 8)) != 0) [[unlikely]]
             throw_atomic_target(target.address(), result.size(), target.size());
     }
     void fill_atomic(ibv_send_wr& wr, std::uint64_t compare_add, std::uint64_t swap) const noexcept {

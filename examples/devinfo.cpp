@@ -1,0 +1,106 @@
+// devinfo: the host's RDMA devices, their ports and GID tables, like rdma-core's `ibv_devinfo -v`
+// but shorter.
+//
+// Usage: devinfo [-d DEVICE] [-v]
+//   -d DEVICE  only this device
+//   -v         also the P_Key table and the device limits
+#include <rdmacxx/rdmacxx.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+namespace rx = rdmacxx;
+
+namespace {
+
+void print_device(rx::device dev, bool verbose) {
+    rx::context const ctx = dev.open();
+    auto const attr = ctx.query_device();
+    std::cout << "hca_id: " << dev.name() << '\n'
+              << "\ttransport:\t\t" << dev.transport_type_name() << '\n'
+              << "\tnode_type:\t\t" << dev.node_type_name() << '\n'
+              << "\tnode_guid:\t\t" << dev.guid() << '\n'
+              << "\tsys_image_guid:\t\t" << rx::guid::from_network(attr.orig_attr.sys_image_guid) << '\n'
+              << "\tfw_ver:\t\t\t" << (attr.orig_attr.fw_ver[0] != '\0' ? attr.orig_attr.fw_ver : "(none)") << '\n';
+    try {
+        std::cout << "\tindex:\t\t\t" << dev.index() << '\n';
+    } catch (rx::sys_error const& e) {
+        std::cout << "\tindex:\t\t\t(" << e.code().message() << ")\n";
+    }
+    if (verbose)
+        std::cout << "\tmax_qp:\t\t\t" << attr.orig_attr.max_qp << '\n'
+                  << "\tmax_qp_wr:\t\t" << attr.orig_attr.max_qp_wr << '\n'
+                  << "\tmax_cq:\t\t\t" << attr.orig_attr.max_cq << '\n'
+                  << "\tmax_cqe:\t\t" << attr.orig_attr.max_cqe << '\n'
+                  << "\tmax_mr:\t\t\t" << attr.orig_attr.max_mr << '\n'
+                  << "\tmax_mr_size:\t\t" << attr.orig_attr.max_mr_size << '\n'
+                  << "\tmax_sge:\t\t" << attr.orig_attr.max_sge << '\n'
+                  << "\tmax_srq:\t\t" << attr.orig_attr.max_srq << '\n'
+                  << "\tmax_pkeys:\t\t" << attr.orig_attr.max_pkeys << '\n';
+    std::uint8_t const ports = ctx.port_count();
+    std::cout << "\tphys_port_cnt:\t\t" << static_cast<unsigned>(ports) << '\n';
+    for (unsigned p = 1; p <= ports; ++p) {
+        auto const num = static_cast<std::uint8_t>(p);
+        auto const port = ctx.query_port(num);
+        std::cout << "\t\tport:\t" << p << '\n'
+                  << "\t\t\tstate:\t\t\t" << port.state_name() << " (" << static_cast<int>(port.state()) << ")\n"
+                  << "\t\t\tmax_mtu:\t\t" << rx::mtu_bytes(port.max_mtu()) << '\n'
+                  << "\t\t\tactive_mtu:\t\t" << port.active_mtu_bytes() << '\n'
+                  << "\t\t\tsm_lid:\t\t\t" << port.native().sm_lid << '\n'
+                  << "\t\t\tport_lid:\t\t" << port.lid() << '\n'
+                  << "\t\t\tlink_layer:\t\t" << port.link_layer_name() << '\n'
+                  << "\t\t\tactive_width:\t\t" << port.width_name() << '\n'
+                  << "\t\t\tactive_speed:\t\t" << port.speed_name() << '\n';
+        for (auto const& e : ctx.gid_table(num))
+            std::cout << "\t\t\tGID[" << e.index << "]:\t\t" << e.gid << ", " << rx::to_string(e.type)
+                      << (e.netdev_name().empty() ? "" : ", " + e.netdev_name()) << '\n';
+        try {
+            auto const chosen = ctx.select_gid(num);
+            std::cout << "\t\t\tselected GID:\t\t[" << chosen.index << "] " << chosen.gid << '\n';
+        } catch (rx::error const& e) {
+            std::cout << "\t\t\tselected GID:\t\t(none: " << e.what() << ")\n";
+        }
+        if (verbose) {
+            auto const pkeys = ctx.pkey_table(num);
+            for (std::size_t i = 0; i < pkeys.size(); ++i)
+                if (pkeys[i] != 0) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "0x%04x", static_cast<unsigned>(pkeys[i]));
+                    std::cout << "\t\t\tP_Key[" << i << "]:\t\t" << buf << '\n';
+                }
+        }
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string only;
+    bool verbose = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "-v") == 0) verbose = true;
+        else if (std::strcmp(argv[i], "-d") == 0 && i + 1 < argc) only = argv[++i];
+        else {
+            std::cerr << "usage: " << argv[0] << " [-d DEVICE] [-v]\n";
+            return 2;
+        }
+    }
+    try {
+        rx::device_list const devices;
+        if (devices.empty()) {
+            std::cout << "No IB devices found\n";
+            return 1;
+        }
+        if (!only.empty()) {
+            print_device(devices.find(only), verbose);
+        } else {
+            for (rx::device d : devices) print_device(d, verbose);
+        }
+    } catch (rx::error const& e) {
+        e.dump_detailed(std::cerr, "E:", 1);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,335 @@
+#pragma once
+/// @file
+/// `cm::id`: an RDMA CM identifier (`rdma_cm_id`), the CM's analogue of a socket, with the
+/// active calls (resolve address and route, connect), the passive ones (bind, listen, accept,
+/// reject), disconnect, multicast join and leave, and queue-pair creation on it.
+
+#include "rdmacxx/cm/address.hpp"
+#include "rdmacxx/cm/error.hpp"
+#include "rdmacxx/cm/event.hpp"
+#include "rdmacxx/context.hpp"
+#include "rdmacxx/cq.hpp"
+#include "rdmacxx/pd.hpp"
+#include "rdmacxx/qp.hpp"
+#include "rdmacxx/transport.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace cm {
+
+/// The port space of an id: which services it speaks and which events carry which data.
+enum class port_space : int {
+    tcp = RDMA_PS_TCP,     ///< reliable connected (RC) service: conn event data
+    udp = RDMA_PS_UDP,     ///< unreliable datagram (UD) service and multicast: UD event data
+    ipoib = RDMA_PS_IPOIB, ///< UD, sharing the IPoIB port space
+    ib = RDMA_PS_IB,       ///< any QP type, AF_IB addresses
+};
+
+/// The port space a transport's ids use: UDP for UD, TCP for RC and UC.
+template <transport Transport>
+inline constexpr port_space port_space_for = Transport::connected ? port_space::tcp : port_space::udp;
+
+/// The CM message that carries private data; its limit depends on it and on the port space.
+enum class private_data_message {
+    connect, ///< rdma_connect(3): 56 bytes on TCP, 180 on UDP
+    accept,  ///< rdma_accept(3): 196 bytes on TCP, 136 on UDP
+    reject,  ///< rdma_reject(3): 148 bytes on TCP, 136 on UDP
+};
+
+/// The most private data `message` may carry in port space `ps` over IP addressing (the CM
+/// header takes the rest of the IB CM message): rdma_connect(3), rdma_accept(3).
+[[nodiscard]] constexpr std::size_t max_private_data(private_data_message message, port_space ps) noexcept {
+    bool const ud = ps == port_space::udp || ps == port_space::ipoib;
+    switch (message) {
+    case private_data_message::connect: return ud ? 180 : 56;
+    case private_data_message::accept: return ud ? 136 : 196;
+    case private_data_message::reject: return ud ? 136 : 148;
+    }
+    return 0;
+}
+
+/// Refuses private data over the limit of its message before anything is sent.
+/// @throws argument_error naming the message, the port space, the length and the limit.
+inline void check_private_data(std::span<std::byte const> data, private_data_message message, port_space ps) {
+    std::size_t const limit = max_private_data(message, ps);
+    if (data.size() > limit) [[unlikely]] {
+        static constexpr char const* names[] = {"connect", "accept", "reject"};
+        rdmacxx::detail::throw_argument(std::to_string(data.size()) + " bytes of private data for a " +
+                                        names[static_cast<int>(message)] + " message on the " +
+                                        (ps == port_space::tcp ? "TCP" : "UDP") + " port space exceed its limit of " +
+                                        std::to_string(limit) + " bytes; nothing was sent");
+    }
+}
+
+/// Parameters of `connect` and `accept`: private data and the RC transport's settings.
+/// @see rdma_connect(3), rdma_accept(3)
+struct connection_parameters {
+    std::span<std::byte const> private_data{}; ///< sent to the peer, at most `max_private_data`
+    std::uint8_t responder_resources = 1;      ///< READ/atomic requests we accept outstanding (RC)
+    std::uint8_t initiator_depth = 1;          ///< READ/atomic requests we issue outstanding (RC)
+    std::uint8_t flow_control = 1;             ///< hardware flow control offered
+    std::uint8_t retry_count = 7;              ///< transport retries (connect only)
+    std::uint8_t rnr_retry_count = 7;          ///< RNR NAK retries (7 = forever)
+};
+
+/// The `rdmacxx::context` wrapping a verbs context that librdmacm opened (`id->verbs`), so that
+/// protection domains, CQs and memory can be made on it. librdmacm keeps its device contexts
+/// open for the life of the process, so the wrapper is never destroyed and never closes it;
+/// one wrapper per device, made on first use.
+/// Thread-safety: thread-safe (a mutex guards the table).
+[[nodiscard]] inline rdmacxx::context& verbs_context(ibv_context* verbs) {
+    if (verbs == nullptr) [[unlikely]]
+        rdmacxx::detail::throw_argument("the CM id is not bound to an RDMA device yet: bind it or resolve an address first");
+    // Never-destroyed storage: the contexts belong to librdmacm.
+    struct borrowed {
+        explicit borrowed(ibv_context* c) noexcept : ctx(c) {}
+        borrowed(borrowed const&) = delete;
+        borrowed& operator=(borrowed const&) = delete;
+        ~borrowed() {}  // NOLINT(modernize-use-equals-default): "= default" would be deleted (union member)
+        union {
+            rdmacxx::context ctx;
+        };
+    };
+    static std::mutex mutex;
+    static auto* const table = new std::map<ibv_context*, std::unique_ptr<borrowed>>;
+    std::lock_guard lock{mutex};
+    auto& slot = (*table)[verbs];
+    if (!slot) slot = std::make_unique<borrowed>(verbs);
+    return slot->ctx;
+}
+
+/// An RDMA CM identifier (`rdma_cm_id`): bound to an event channel, on which every event about
+/// it arrives. Owns the id; move-only; rdma_destroy_id(3) on destruction, which blocks until its
+/// reported events are acknowledged (a `cm::event` does so when it goes out of scope). Destroy a
+/// QP made on it (`create_qp`) first, through `destroy_qp`.
+///
+/// The asynchronous calls (`resolve_address`, `resolve_route`, `connect`, `accept`,
+/// `disconnect`, `join_multicast`) return once started; their outcome is an event on the
+/// channel. The flows in cm/connection.hpp wait for those events for you.
+/// Thread-safety: calls on one id need the caller's serialisation.
+/// @see rdma_create_id(3), rdma_cm(7)
+class id {
+public:
+    /// Creates an id on `channel` in port space `ps`; `user_context` is stored in `id->context`.
+    /// @throws sys_error when rdma_create_id(3) fails.
+    id(event_channel& channel, port_space ps, void* user_context = nullptr) {
+        rdma_cm_id* raw = nullptr;
+        if (int rc = ::rdma_create_id(channel.native_handle(), &raw, user_context, static_cast<rdma_port_space>(ps));
+            rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_create_id", "in port space " + std::to_string(static_cast<int>(ps)));
+        handle_.reset(raw);
+    }
+
+    /// Takes ownership of `raw`, e.g. the new id of a `connect_request` event.
+    explicit id(rdma_cm_id* raw) noexcept : handle_(raw) {}
+
+    id(id&&) noexcept = default;
+    id& operator=(id&&) noexcept = default;
+    ~id() = default;
+
+    /// Binds to a local `addr` (port 0 picks a free one); a specific IP address also binds the
+    /// id to that address's RDMA device.
+    /// @throws address_error when the address is not usable (EADDRINUSE, EADDRNOTAVAIL, ENODEV);
+    ///         sys_error when rdma_bind_addr(3) fails otherwise.
+    /// @see rdma_bind_addr(3)
+    void bind(address addr) {
+        if (int rc = ::rdma_bind_addr(handle_.get(), addr.native()); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_bind_addr", "for " + addr.to_string(), true);
+    }
+
+    /// Starts listening for connect requests (each a `connect_request` event with a new id);
+    /// `backlog` pending requests at most.
+    /// @throws sys_error when rdma_listen(3) fails.
+    /// @see rdma_listen(3)
+    void listen(int backlog = 16) {
+        if (int rc = ::rdma_listen(handle_.get(), backlog); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_listen", "on " + local_address().to_string());
+    }
+
+    /// Starts resolving `destination` to a local RDMA device (event `addr_resolved` or
+    /// `addr_error`), from `source` when given. `timeout` bounds the resolution (milliseconds).
+    /// @throws route_not_found_error (ENETUNREACH, EHOSTUNREACH), address_error when the call
+    ///         fails at once; sys_error otherwise.
+    /// @see rdma_resolve_addr(3)
+    void resolve_address(address destination, std::chrono::milliseconds timeout,
+                         address const* source = nullptr) {
+        address src = source != nullptr ? *source : address{};
+        if (int rc = ::rdma_resolve_addr(handle_.get(), source != nullptr ? src.native() : nullptr,
+                                         destination.native(), static_cast<int>(timeout.count()));
+            rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_resolve_addr", "for " + destination.to_string(), true);
+    }
+
+    /// Starts resolving the route to the resolved address (event `route_resolved` or
+    /// `route_error`); `timeout` in milliseconds.
+    /// @throws route_not_found_error (ENETUNREACH, EHOSTUNREACH), sys_error when
+    ///         rdma_resolve_route(3) fails at once.
+    /// @see rdma_resolve_route(3)
+    void resolve_route(std::chrono::milliseconds timeout) {
+        if (int rc = ::rdma_resolve_route(handle_.get(), static_cast<int>(timeout.count())); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_resolve_route", "to " + peer_address().to_string(), true);
+    }
+
+    /// Creates a queue pair of transport `Transport` on this id, in `pd` (which must be on this
+    /// id's device: `verbs_context(native_handle()->verbs)`), with completions on `send_cq` and
+    /// `recv_cq`. The CM moves it through its states: RC and UC to INIT now and to RTS when
+    /// connected; UD straight to RTS with Q_Key RDMA_UDP_QKEY. The queue pair must be destroyed
+    /// through `destroy_qp` before this id.
+    /// @throws sys_error when rdma_create_qp(3) fails.
+    /// @see rdma_create_qp(3)
+    template <transport Transport, completion_strategy Completion>
+    [[nodiscard]] queue_pair<Transport, Completion> create_qp(protection_domain& pd, completion_queue<Completion>& send_cq,
+                                                              completion_queue<Completion>& recv_cq,
+                                                              qp_capabilities const& caps = {}) {
+        ibv_qp_init_attr init{};
+        init.send_cq = send_cq.native_handle();
+        init.recv_cq = recv_cq.native_handle();
+        init.cap.max_send_wr = caps.max_send_wr;
+        init.cap.max_recv_wr = caps.max_recv_wr;
+        init.cap.max_send_sge = caps.max_send_sge;
+        init.cap.max_recv_sge = caps.max_recv_sge;
+        init.cap.max_inline_data = caps.max_inline_data;
+        init.qp_type = Transport::qp_type;
+        if (int rc = ::rdma_create_qp(handle_.get(), pd.native_handle(), &init); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_create_qp", std::string{"for a "} + Transport::name + " QP");
+        std::uint32_t mtu = 0;
+        if constexpr (!Transport::connected) {
+            ibv_port_attr port{};
+            if (::ibv_query_port(handle_->verbs, handle_->port_num, &port) == 0) mtu = mtu_bytes(port.active_mtu);
+        }
+        return queue_pair<Transport, Completion>{adopt_qp, pd, handle_->qp,
+                                                 {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge,
+                                                  init.cap.max_recv_sge, init.cap.max_inline_data},
+                                                 mtu};
+    }
+
+    /// Destroys `qp`, made by `create_qp` on this id, and detaches it from the id.
+    template <transport Transport, completion_strategy Completion>
+    void destroy_qp(queue_pair<Transport, Completion>& qp) noexcept {
+        if (handle_ && handle_->qp == qp.native_handle()) handle_->qp = nullptr;
+        qp = queue_pair<Transport, Completion>{adopt_qp, qp.pd(), nullptr, {}};
+    }
+
+    /// Starts connecting (RC: a connection; UD: a service lookup) with `params` (event
+    /// `established`, or `rejected`, `unreachable`, `connect_error`; `connect_response` when no
+    /// QP was created on the id).
+    /// @throws argument_error for private data over the limit (nothing sent); sys_error when
+    ///         rdma_connect(3) fails.
+    /// @see rdma_connect(3)
+    void connect(connection_parameters const& params = {}) {
+        check_private_data(params.private_data, private_data_message::connect, space());
+        rdma_conn_param p = native_params(params);
+        if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
+    }
+
+    /// Accepts the connect request this id came with (event `established` follows on RC).
+    /// @throws argument_error for private data over the limit (nothing sent); sys_error when
+    ///         rdma_accept(3) fails.
+    /// @see rdma_accept(3)
+    void accept(connection_parameters const& params = {}) {
+        check_private_data(params.private_data, private_data_message::accept, space());
+        rdma_conn_param p = native_params(params);
+        if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
+    }
+
+    /// Rejects the connect request this id came with, sending `private_data`; the peer sees
+    /// `rejected` with reason 28 (consumer defined) on IB and RoCE.
+    /// @throws argument_error for private data over the limit; sys_error when rdma_reject(3) fails.
+    /// @see rdma_reject(3)
+    void reject(std::span<std::byte const> private_data = {}) {
+        check_private_data(private_data, private_data_message::reject, space());
+        if (int rc = ::rdma_reject(handle_.get(), private_data.empty() ? nullptr : private_data.data(),
+                                   static_cast<std::uint8_t>(private_data.size()));
+            rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_reject", "from " + peer_address().to_string());
+    }
+
+    /// Starts disconnecting (moves the QP to ERR; both sides see `disconnected`).
+    /// @throws sys_error when rdma_disconnect(3) fails (EINVAL when not connected).
+    /// @see rdma_disconnect(3)
+    void disconnect() {
+        if (int rc = ::rdma_disconnect(handle_.get()); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_disconnect", "from " + peer_address().to_string());
+    }
+
+    /// Starts joining multicast group `group` (event `multicast_join` with the group's address
+    /// handle attributes, QPN and Q_Key, or `multicast_error`). The id must be bound to a device
+    /// (bind or resolve the group address first). `user_context` comes back in the event.
+    /// @throws route_not_found_error, address_error, sys_error when rdma_join_multicast(3) fails.
+    /// @see rdma_join_multicast(3)
+    void join_multicast(address group, void* user_context = nullptr) {
+        if (int rc = ::rdma_join_multicast(handle_.get(), group.native(), user_context); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_join_multicast", "for group " + group.to_string(), true);
+    }
+
+    /// Leaves multicast group `group`.
+    /// @throws sys_error when rdma_leave_multicast(3) fails.
+    /// @see rdma_leave_multicast(3)
+    void leave_multicast(address group) {
+        if (int rc = ::rdma_leave_multicast(handle_.get(), group.native()); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_leave_multicast", "for group " + group.to_string());
+    }
+
+    /// Moves the id to `channel`: its later events arrive there. Blocks until the events already
+    /// reported for it are acknowledged.
+    /// @throws sys_error when rdma_migrate_id(3) fails.
+    /// @see rdma_migrate_id(3)
+    void migrate(event_channel& channel) {
+        if (int rc = ::rdma_migrate_id(handle_.get(), channel.native_handle()); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_migrate_id", {});
+    }
+
+    /// The local address (after bind, resolve or a connect request).
+    [[nodiscard]] address local_address() const noexcept {
+        return {::rdma_get_local_addr(handle_.get()), sizeof(sockaddr_storage)};
+    }
+    /// The peer's address (after resolve or a connect request).
+    [[nodiscard]] address peer_address() const noexcept {
+        return {::rdma_get_peer_addr(handle_.get()), sizeof(sockaddr_storage)};
+    }
+    /// The port space.
+    [[nodiscard]] port_space space() const noexcept { return static_cast<port_space>(handle_->ps); }
+    /// True once the id is bound to an RDMA device (after bind to a device address, resolve, or
+    /// for the id of a connect request).
+    [[nodiscard]] bool has_device() const noexcept { return handle_->verbs != nullptr; }
+    /// The device the id is bound to, as an `rdmacxx::context` to make PDs and CQs on.
+    /// @throws argument_error when it is not bound to one yet.
+    [[nodiscard]] rdmacxx::context& context() const { return verbs_context(handle_->verbs); }
+    /// The 1-based port of the device the id uses (0 before it has one).
+    [[nodiscard]] std::uint8_t port_num() const noexcept { return handle_->port_num; }
+    /// The librdmacm id.
+    [[nodiscard]] rdma_cm_id* native_handle() const noexcept { return handle_.get(); }
+    /// Gives up ownership and returns the id.
+    [[nodiscard]] rdma_cm_id* release() noexcept { return handle_.release(); }
+
+private:
+    static rdma_conn_param native_params(connection_parameters const& params) noexcept {
+        rdma_conn_param p{};
+        p.private_data = params.private_data.empty() ? nullptr : params.private_data.data();
+        p.private_data_len = static_cast<std::uint8_t>(params.private_data.size());
+        p.responder_resources = params.responder_resources;
+        p.initiator_depth = params.initiator_depth;
+        p.flow_control = params.flow_control;
+        p.retry_count = params.retry_count;
+        p.rnr_retry_count = params.rnr_retry_count;
+        return p;
+    }
+
+    std::unique_ptr<rdma_cm_id, rdmacxx::detail::cm_id_deleter> handle_;
+};
+
+} // namespace cm
+} // namespace v0
+} // namespace rdmacxx
