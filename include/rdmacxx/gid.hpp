@@ -204,6 +204,7 @@ private:
 } // namespace v0
 } // namespace rdmacxx
 
+/// @cond RDMACXX_STD_SPECIALIZATIONS
 /// Hash of a GID, for unordered containers.
 template <>
 struct std::hash<rdmacxx::gid> {
@@ -217,3 +218,4 @@ template <>
 struct std::hash<rdmacxx::guid> {
     std::size_t operator()(rdmacxx::guid g) const noexcept { return std::hash<std::uint64_t>{}(g.value()); }
 };
+/// @endcond
