@@ -81,7 +81,7 @@ int run(options const& opt) {
             auto const out = out_mr.span().subspan(i * opt.size, opt.size);
             auto const in = in_mr.span().subspan(i * opt.size, opt.size);
             for (unsigned m = 0; m < opt.messages; ++m) {
-                for (std::size_t k = 0; k < opt.size; ++k) out[k] = static_cast<std::byte>((k + m * 3 + i * 101) & 0xff);
+                for (std::size_t k = 0; k < opt.size; ++k) out[k] = static_cast<std::byte>((k + std::size_t{m} * 3 + i * 101) & 0xff);
                 clients[i]->post_recv(rx::recv{in}.id(1));
                 clients[i]->post(rx::send{out}.id(2));
                 for (int done = 0; done < 2; ++done) client_cqs[i]->wait_one().throw_if_error();
