@@ -9,6 +9,7 @@
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
 #include "rdmacxx/pd.hpp"
+#include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 #include "rdmacxx/wr.hpp"
@@ -20,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -160,11 +162,12 @@ constexpr char const* qp_state_name(ibv_qp_state s) noexcept {
 /// UD send over the path MTU and an unaddressed UD send. `try_post` reports instead of throwing.
 /// Thread-safety: posting to one QP from several threads needs the caller's lock (as verbs).
 /// @see ibv_create_qp(3), ibv_modify_qp(3), ibv_post_send(3), ibv_post_recv(3)
-template <transport Transport, completion_strategy Completion>
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
 class queue_pair {
 public:
     using transport_type = Transport;
     using completion_type = Completion;
+    using post_type = Post;
 
     /// Creates a QP in `pd` whose send completions go to `send_cq` and receive completions to
     /// `recv_cq` (they may be the same CQ), sized by `caps`.
@@ -204,7 +207,8 @@ private:
         init.cap.max_inline_data = caps.max_inline_data;
         init.qp_type = Transport::qp_type;
         init.sq_sig_all = 0;
-        qp_.reset(::ibv_create_qp(pd.native_handle(), &init));
+        if constexpr (Post::extended) create_extended(pd, init);
+        else qp_.reset(::ibv_create_qp(pd.native_handle(), &init));
         if (!qp_) [[unlikely]]
             detail::throw_errno("ibv_create_qp", std::string{"for a "} + Transport::name + " QP with max_send_wr " +
                                                      std::to_string(caps.max_send_wr) + ", max_recv_wr " +
@@ -213,6 +217,37 @@ private:
         caps_ = {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge, init.cap.max_recv_sge,
                  init.cap.max_inline_data};
         psn_ = std::random_device{}() & 0xffffffU;
+    }
+
+    // The extended post API: ibv_create_qp_ex(3) with the transport's operations announced.
+    void create_extended(protection_domain& pd, ibv_qp_init_attr& init) {
+        ibv_qp_init_attr_ex ex{};
+        ex.send_cq = init.send_cq;
+        ex.recv_cq = init.recv_cq;
+        ex.srq = init.srq;
+        ex.cap = init.cap;
+        ex.qp_type = init.qp_type;
+        ex.sq_sig_all = init.sq_sig_all;
+        ex.pd = pd.native_handle();
+        ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        ex.send_ops_flags = detail::send_ops_for<Transport>();
+        qp_.reset(::ibv_create_qp_ex(pd.context().native_handle(), &ex));
+        if (!qp_) [[unlikely]]
+            detail::throw_errno("ibv_create_qp_ex", std::string{"for a "} + Transport::name + " QP with the extended post "
+                                                     "API (ibv_wr_*) on " + std::string{pd.context().name()} +
+                                                     ": the device may not support it; use legacy_post");
+        init.cap = ex.cap;
+        qpx_ = ::ibv_qp_to_qp_ex(qp_.get());
+        if (qpx_ == nullptr) [[unlikely]]
+            detail::throw_sys(EOPNOTSUPP, "ibv_qp_to_qp_ex", "on " + std::string{pd.context().name()} +
+                                                               ": the device has no extended post API");
+    }
+
+    template <class... Wrs>
+    RDMACXX_HOT int post_extended(Wrs const&... wrs) noexcept {
+        ::ibv_wr_start(qpx_);
+        (detail::write_extended<Transport>(qpx_, wrs), ...);
+        return ::ibv_wr_complete(qpx_);
     }
 
 public:
@@ -356,6 +391,11 @@ public:
         requires(sizeof...(Wrs) > 0 && (postable_on<Wrs, Transport> && ...))
     RDMACXX_HOT void post(Wrs const&... wrs) {
         check_all(wrs...);
+        if constexpr (Post::extended) {
+            if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
+                detail::throw_post(rc, "ibv_wr_complete", 0, first_wr_id(wrs...), first_opcode<Wrs...>(), qp_num());
+            return;
+        }
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
         std::array<ibv_sge, sge_total<Wrs...>> sges;  // filled by link
         link(chain, sges, wrs...);
@@ -373,6 +413,17 @@ public:
     template <class W>
         requires postable_on<W, Transport>
     void post(std::span<W const> wrs) {
+        if constexpr (Post::extended) {
+            for (std::size_t i = 0; i < wrs.size(); ++i) check_one(wrs[i], i);
+            for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
+                std::size_t const n = std::min(max_chain, wrs.size() - base);
+                ::ibv_wr_start(qpx_);
+                for (std::size_t i = 0; i < n; ++i) detail::write_extended<Transport>(qpx_, wrs[base + i]);
+                if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]]
+                    detail::throw_post(rc, "ibv_wr_complete", base, wrs[base].wr_id(), W::opcode, qp_num());
+            }
+            return;
+        }
         for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
             std::size_t const n = std::min(max_chain, wrs.size() - base);
             std::array<ibv_send_wr, max_chain> chain;
@@ -416,6 +467,11 @@ public:
     RDMACXX_HOT post_result try_post(Wrs const&... wrs) noexcept {
         if (std::size_t bad_check = first_refused(wrs...); bad_check != npos) [[unlikely]]
             return {EINVAL, bad_check};
+        if constexpr (Post::extended) {
+            if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
+                return {rc, 0};
+            return {};
+        }
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
         std::array<ibv_sge, sge_total<Wrs...>> sges;  // filled by link
         link(chain, sges, wrs...);
@@ -461,6 +517,11 @@ public:
 private:
     static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
+    template <class W, class... Rest>
+    static std::uint64_t first_wr_id(W const& w, Rest const&...) noexcept { return w.wr_id(); }
+    template <class W, class...>
+    static constexpr int first_opcode() noexcept { return W::opcode; }
+
     static ibv_ah_attr address_vector(end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
                                       connect_options const& opt) noexcept {
         ibv_ah_attr ah{};
@@ -486,8 +547,11 @@ private:
     }
 
     // Why request `w` cannot be posted, or nullptr; `limit` receives the limit it broke.
+    // Always inlined, as check_one: called out of line (GCC stops inlining within a chain of 16),
+    // they take each request's address, which forces every typed request of the chain onto the
+    // stack; inlined, the checks fold away and the requests stay in registers.
     template <class W>
-    char const* refusal(W const& w, std::uint32_t& limit) const noexcept {
+    [[gnu::always_inline]] char const* refusal(W const& w, std::uint32_t& limit) const noexcept {
         if ((w.flags() & IBV_SEND_INLINE) != 0 && w.bytes() > caps_.max_inline_data) [[unlikely]] {
             limit = caps_.max_inline_data;
             return "is over the QP's max_inline_data";
@@ -511,7 +575,7 @@ private:
         (check_one(wrs, i++), ...);
     }
     template <class W>
-    void check_one(W const& w, std::size_t index) const {
+    [[gnu::always_inline]] void check_one(W const& w, std::size_t index) const {
         std::uint32_t limit = 0;
         if (char const* why = refusal(w, limit); why != nullptr) [[unlikely]]
             detail::throw_refused(why, W::name, w.bytes(), limit, index, qp_num());
@@ -571,6 +635,8 @@ private:
     };
     protection_domain* pd_;
     std::unique_ptr<ibv_qp, deleter> qp_;
+    struct no_extended_api {};
+    [[no_unique_address]] std::conditional_t<Post::extended, ibv_qp_ex*, no_extended_api> qpx_{};
     qp_capabilities caps_{};
     std::uint32_t psn_ = 0;
     std::uint32_t path_mtu_bytes_ = 0;

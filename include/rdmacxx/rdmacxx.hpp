@@ -21,6 +21,7 @@
 #include "rdmacxx/gid.hpp"
 #include "rdmacxx/memory.hpp"
 #include "rdmacxx/pd.hpp"
+#include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/qp.hpp"
 #include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"

@@ -369,6 +369,10 @@ public:
     compare_swap(local_span<std::uint64_t> result, remote_span<std::uint64_t> target, std::uint64_t compare,
                  std::uint64_t swap)
         : atomic_base(result, target), compare_(compare), swap_(swap) {}
+    /// The value the target is compared with.
+    [[nodiscard]] constexpr std::uint64_t compare() const noexcept { return compare_; }
+    /// The value stored when the comparison holds.
+    [[nodiscard]] constexpr std::uint64_t swap() const noexcept { return swap_; }
     template <class Transport>
     void build(ibv_send_wr& wr) const noexcept {
         fill_common(wr, opcode);
@@ -389,6 +393,8 @@ public:
     /// @throws argument_error when either span is empty or `target` is not 8-byte aligned.
     fetch_add(local_span<std::uint64_t> result, remote_span<std::uint64_t> target, std::uint64_t add)
         : atomic_base(result, target), add_(add) {}
+    /// The value added to the target.
+    [[nodiscard]] constexpr std::uint64_t add() const noexcept { return add_; }
     template <class Transport>
     void build(ibv_send_wr& wr) const noexcept {
         fill_common(wr, opcode);

@@ -34,7 +34,7 @@ struct buffer {
 };
 
 /// Two QPs of one transport on one device, connected to each other (RC, UC).
-template <class Transport, class Completion>
+template <class Transport, class Completion, class Post = rx::legacy_post>
 struct loopback {
     explicit loopback(rx::qp_capabilities caps = {}, rx::connect_options const& opt = {})
         : ctx(open_test_device()), port(ctx), pd(ctx), cq_a(ctx, 512), cq_b(ctx, 512), a(pd, cq_a, cq_a, caps),
@@ -46,7 +46,7 @@ struct loopback {
     rx::end_port port;
     rx::protection_domain pd;
     rx::completion_queue<Completion> cq_a, cq_b;
-    rx::queue_pair<Transport, Completion> a, b;
+    rx::queue_pair<Transport, Completion, Post> a, b;
 };
 
 /// A byte pattern that differs at every position and per seed.

@@ -348,3 +348,74 @@ TEST_CASE("policy: moving a QP to ERR flushes every outstanding request") {
     for (std::uint64_t k = 0; k < 8; ++k) CHECK(flushed[k] == 100 + k);
     CHECK(lb.cq_b.poll<4>().empty());
 }
+
+TEST_CASE_TEMPLATE("policy: the extended post API (ibv_wr_*) carries every operation of its transport", Completion,
+                   rx::busy_poll, rx::event_driven) {
+    test::loopback<rx::rc, Completion, rx::extended_post> lb{rx::qp_capabilities{.max_send_sge = 2, .max_inline_data = 64}};
+    test::buffer src(lb.pd, 4096), dst(lb.pd, 4096), sink(lb.pd, 4096);
+    test::fill_pattern(src.bytes_, 21);
+    // send with immediate (one span: rdma-core 44's rxe miscounts multi-entry ibv_wr_set_sge_list)
+    lb.b.post_recv(rx::recv{sink.span()}.id(1));
+    lb.a.post(rx::send_imm{src.span().subspan(100, 30), 77}.id(2));
+    CHECK(wait_ok(lb.cq_a).wr_id() == 2);
+    auto const got = wait_ok(lb.cq_b);
+    CHECK(got.imm_data() == 77);
+    CHECK(got.byte_len() == 30);
+    CHECK(std::memcmp(sink.bytes_.data(), src.bytes_.data() + 100, 30) == 0);
+    // a chain of write, inline write and read, one ibv_wr_complete
+    lb.a.post(rx::write{src.span().first(1000), dst.mr.remote()}.unsignaled(),
+              rx::write{src.span().subspan(2000, 64), dst.mr.remote().subspan(2000)}.inlined().unsignaled(),
+              rx::read{sink.span().subspan(3000, 1000), dst.mr.remote()}.id(3));
+    CHECK(wait_ok(lb.cq_a).wr_id() == 3);
+    CHECK(std::memcmp(dst.bytes_.data(), src.bytes_.data(), 1000) == 0);
+    CHECK(std::memcmp(dst.bytes_.data() + 2000, src.bytes_.data() + 2000, 64) == 0);
+    CHECK(std::memcmp(sink.bytes_.data() + 3000, src.bytes_.data(), 1000) == 0);
+    // write with immediate and the atomics
+    lb.b.post_recv(rx::recv{sink.span()}.id(4));
+    lb.a.post(rx::write_imm{src.span().first(8), dst.mr.remote(), 5}.id(5));
+    CHECK(wait_ok(lb.cq_a).wr_id() == 5);
+    CHECK(wait_ok(lb.cq_b).imm_data() == 5);
+    std::vector<std::uint64_t> target(1, 40), result(2, 0);
+    auto tmr = lb.pd.register_memory(std::span{target}, rx::all_remote);
+    auto rmr = lb.pd.register_memory(std::span{result}, rx::access::local_write);
+    lb.a.post(rx::fetch_add{rmr.template span<std::uint64_t>().first(1), tmr.template remote<std::uint64_t>(), 2}.id(6),
+              rx::compare_swap{rmr.template span<std::uint64_t>().last(1), tmr.template remote<std::uint64_t>(), 42, 9}.id(7));
+    CHECK(wait_ok(lb.cq_a).wr_id() == 6);
+    CHECK(wait_ok(lb.cq_a).wr_id() == 7);
+    CHECK(result[0] == 40);
+    CHECK(result[1] == 42);
+    CHECK(target[0] == 9);
+    // inline over the limit is still refused before anything is posted
+    CHECK_THROWS_AS(lb.a.post(rx::write{src.span().first(lb.a.capabilities().max_inline_data + 1), dst.mr.remote()}.inlined()),
+                    rx::argument_error);
+}
+
+TEST_CASE("policy: the extended post API on UD and UC") {
+    rx::context ctx = test::open_test_device();
+    rx::end_port port(ctx);
+    rx::protection_domain pd(ctx);
+    rx::completion_queue<rx::busy_poll> cq_a(ctx, 64), cq_b(ctx, 64);
+    rx::queue_pair<rx::ud, rx::busy_poll, rx::extended_post> a(pd, cq_a, cq_a), b(pd, cq_b, cq_b);
+    a.activate(port);
+    b.activate(port);
+    rx::address_handle ah(pd, port, port.lid(), port.gid().gid);
+    test::buffer src(pd, 256), dst(pd, 40 + 256);
+    test::fill_pattern(src.bytes_, 4);
+    b.post_recv(rx::recv{dst.span()}.id(1));
+    a.post(rx::send{src.span()}.id(2).to(ah, b.qp_num(), rx::connect_options{}.qkey));
+    CHECK(wait_ok(cq_a).wr_id() == 2);
+    auto const wc = wait_ok(cq_b);
+    auto const payload = rx::ud_payload(std::span{dst.bytes_}, wc);
+    REQUIRE(payload.size() == 256);
+    CHECK(std::memcmp(payload.data(), src.bytes_.data(), 256) == 0);
+
+    test::loopback<rx::uc, rx::busy_poll, rx::extended_post> uc;
+    test::buffer usrc(uc.pd, 512), udst(uc.pd, 512);
+    test::fill_pattern(usrc.bytes_, 5);
+    std::vector<rx::write<>> writes;
+    for (std::size_t i = 0; i < 8; ++i)
+        writes.push_back(rx::write{usrc.span().subspan(i * 64, 64), udst.mr.remote().subspan(i * 64, 64)}.id(i).signaled(i == 7));
+    uc.a.post(std::span<rx::write<> const>{writes});
+    CHECK(wait_ok(uc.cq_a).wr_id() == 7);
+    CHECK(std::memcmp(usrc.bytes_.data(), udst.bytes_.data(), 512) == 0);
+}
