@@ -43,11 +43,13 @@ int run(options const& o) {
             auto out_mr = conn.pd().register_memory(std::span{out}, rx::access::local_write);
             auto in_mr = conn.pd().register_memory(std::span{in}, rx::access::local_write);
             for (unsigned i = 0; i < o.iterations; ++i) {
-                for (std::size_t k = 0; k < o.size; ++k) out[k] = static_cast<std::byte>((k * 7 + i) & 0xff);
+                for (std::size_t k = 0; k < o.size; ++k)
+                    out[k] = static_cast<std::byte>((k * 7 + i) & 0xff);
                 std::memset(in.data(), 0, in.size());
                 conn.qp().post_recv(rx::recv{in_mr.span()}.id(1));
                 conn.qp().post(rx::send{out_mr.span()}.id(2));
-                for (int done = 0; done < 2; ++done) conn.cq().wait_one().throw_if_error();
+                for (int done = 0; done < 2; ++done)
+                    conn.cq().wait_one().throw_if_error();
                 if (std::memcmp(in.data(), out.data(), o.size) != 0) {
                     std::fprintf(stderr, "cm_client: echo %u differs from what was sent\n", i);
                     return 1;
@@ -70,12 +72,25 @@ int main(int argc, char** argv) {
     options o;
     for (int c; (c = ::getopt(argc, argv, "s:p:S:n:e")) != -1;) {
         switch (c) {
-        case 's': o.server = optarg; break;
-        case 'p': o.port = static_cast<std::uint16_t>(std::strtoul(optarg, nullptr, 0)); break;
-        case 'S': o.size = std::strtoul(optarg, nullptr, 0); break;
-        case 'n': o.iterations = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0)); break;
-        case 'e': o.events = true; break;
-        default: o.server.clear(); optind = argc; break;
+        case 's':
+            o.server = optarg;
+            break;
+        case 'p':
+            o.port = static_cast<std::uint16_t>(std::strtoul(optarg, nullptr, 0));
+            break;
+        case 'S':
+            o.size = std::strtoul(optarg, nullptr, 0);
+            break;
+        case 'n':
+            o.iterations = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0));
+            break;
+        case 'e':
+            o.events = true;
+            break;
+        default:
+            o.server.clear();
+            optind = argc;
+            break;
         }
     }
     if (o.server.empty()) {

@@ -15,8 +15,8 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
-#include <vector>
 #include <string>
+#include <vector>
 
 namespace rx = rdmacxx;
 namespace cm = rdmacxx::cm;
@@ -61,11 +61,21 @@ int main(int argc, char** argv) {
     options o;
     for (int c; (c = ::getopt(argc, argv, "s:p:S:n:e")) != -1;) {
         switch (c) {
-        case 's': o.address = optarg; break;
-        case 'p': o.port = static_cast<std::uint16_t>(std::strtoul(optarg, nullptr, 0)); break;
-        case 'S': o.size = std::strtoul(optarg, nullptr, 0); break;
-        case 'n': o.iterations = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0)); break;
-        case 'e': o.events = true; break;
+        case 's':
+            o.address = optarg;
+            break;
+        case 'p':
+            o.port = static_cast<std::uint16_t>(std::strtoul(optarg, nullptr, 0));
+            break;
+        case 'S':
+            o.size = std::strtoul(optarg, nullptr, 0);
+            break;
+        case 'n':
+            o.iterations = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0));
+            break;
+        case 'e':
+            o.events = true;
+            break;
         default:
             std::fprintf(stderr, "usage: %s [-s bind_address] [-p port] [-S size] [-n iterations] [-e]\n", argv[0]);
             return 2;

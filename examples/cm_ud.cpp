@@ -35,7 +35,9 @@ struct options {
     std::size_t size = 100;
 };
 
-std::byte pattern(std::size_t k, unsigned seq) { return static_cast<std::byte>((k * 3 + std::size_t{seq} * 13) & 0xff); }
+std::byte pattern(std::size_t k, unsigned seq) {
+    return static_cast<std::byte>((k * 3 + std::size_t{seq} * 13) & 0xff);
+}
 
 int serve(options const& o) {
     cm::listener<rx::ud> server{cm::address::resolve(o.bind, o.port)};
@@ -57,7 +59,7 @@ int serve(options const& o) {
         conn.reply_to(wc, std::span{buf}.subspan(at, slot));
         auto const payload = mr->span().subspan(at + rx::ud::grh_bytes, wc.byte_len() - rx::ud::grh_bytes);
         conn.qp().post(rx::send{payload}.to(*conn.peer_ah(), conn.peer_qpn(), conn.peer_qkey()).id(2));
-        for (;;) {  // the send's completion; a receive completing meanwhile is left for the loop
+        for (;;) { // the send's completion; a receive completing meanwhile is left for the loop
             auto const sent = conn.cq().wait_one();
             sent.throw_if_error();
             if (!sent.is_recv()) break;
@@ -80,7 +82,8 @@ int run(options const& o) {
             auto out_mr = conn.pd().register_memory(std::span{out}, rx::access::local_write);
             auto in_mr = conn.pd().register_memory(std::span{in}, rx::access::local_write);
             for (unsigned i = 0; i < o.count; ++i) {
-                for (std::size_t k = 0; k < o.size; ++k) out[k] = pattern(k, i);
+                for (std::size_t k = 0; k < o.size; ++k)
+                    out[k] = pattern(k, i);
                 conn.qp().post_recv(rx::recv{in_mr.span()}.id(1));
                 conn.qp().post(rx::send{out_mr.span()}.to(*conn.peer_ah(), conn.peer_qpn(), conn.peer_qkey()).id(2));
                 std::size_t got = 0;
@@ -97,7 +100,7 @@ int run(options const& o) {
             std::printf("cm_ud: %u datagrams of %zu bytes answered intact by %s\n", o.count, o.size,
                         where.to_string().c_str());
             return 0;
-        } catch (cm::rejected_error const&) {  // no listener yet
+        } catch (cm::rejected_error const&) { // no listener yet
             if (attempt == 50) throw;
             std::this_thread::sleep_for(100ms);
         } catch (cm::unreachable_error const&) {
@@ -113,11 +116,21 @@ int main(int argc, char** argv) {
     options o;
     for (int c; (c = ::getopt(argc, argv, "s:b:p:C:S:")) != -1;) {
         switch (c) {
-        case 's': o.server = optarg; break;
-        case 'b': o.bind = optarg; break;
-        case 'p': o.port = static_cast<std::uint16_t>(std::strtoul(optarg, nullptr, 0)); break;
-        case 'C': o.count = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0)); break;
-        case 'S': o.size = std::strtoul(optarg, nullptr, 0); break;
+        case 's':
+            o.server = optarg;
+            break;
+        case 'b':
+            o.bind = optarg;
+            break;
+        case 'p':
+            o.port = static_cast<std::uint16_t>(std::strtoul(optarg, nullptr, 0));
+            break;
+        case 'C':
+            o.count = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0));
+            break;
+        case 'S':
+            o.size = std::strtoul(optarg, nullptr, 0);
+            break;
         default:
             std::fprintf(stderr, "usage: %s [-s server_address | -b bind_address] [-p port] [-C count] [-S size]\n",
                          argv[0]);

@@ -80,8 +80,10 @@ int main(int argc, char** argv) {
     std::string only;
     bool verbose = false;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "-v") == 0) verbose = true;
-        else if (std::strcmp(argv[i], "-d") == 0 && i + 1 < argc) only = argv[++i];
+        if (std::strcmp(argv[i], "-v") == 0)
+            verbose = true;
+        else if (std::strcmp(argv[i], "-d") == 0 && i + 1 < argc)
+            only = argv[++i];
         else {
             std::cerr << "usage: " << argv[0] << " [-d DEVICE] [-v]\n";
             return 2;
@@ -96,7 +98,8 @@ int main(int argc, char** argv) {
         if (!only.empty()) {
             print_device(devices.find(only), verbose);
         } else {
-            for (rx::device d : devices) print_device(d, verbose);
+            for (rx::device d : devices)
+                print_device(d, verbose);
         }
     } catch (rx::error const& e) {
         e.dump_detailed(std::cerr, "E:", 1);

@@ -20,15 +20,18 @@ int main(int argc, char** argv) {
     rx::gid_selector want;
     int level = 1;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "-g") == 0 && i + 1 < argc) want.index = static_cast<std::uint32_t>(std::atoi(argv[++i]));
+        if (std::strcmp(argv[i], "-g") == 0 && i + 1 < argc)
+            want.index = static_cast<std::uint32_t>(std::atoi(argv[++i]));
         else if (std::strcmp(argv[i], "-t") == 0 && i + 1 < argc) {
             std::string const t = argv[++i];
             want.type = t == "v1" ? rx::gid_type::roce_v1 : rx::gid_type::roce_v2;
-        } else if (std::strcmp(argv[i], "-l") == 0 && i + 1 < argc) level = std::atoi(argv[++i]);
+        } else if (std::strcmp(argv[i], "-l") == 0 && i + 1 < argc)
+            level = std::atoi(argv[++i]);
         else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             std::cerr << "usage: " << argv[0] << " [DESCRIPTION] [-g GID_INDEX] [-t v1|v2] [-l LEVEL]\n";
             return 2;
-        } else description = argv[i];
+        } else
+            description = argv[i];
     }
     try {
         rx::opened_end_port const where = rx::get_end_port(description, want);

@@ -81,10 +81,12 @@ int run(options const& opt) {
             auto const out = out_mr.span().subspan(i * opt.size, opt.size);
             auto const in = in_mr.span().subspan(i * opt.size, opt.size);
             for (unsigned m = 0; m < opt.messages; ++m) {
-                for (std::size_t k = 0; k < opt.size; ++k) out[k] = static_cast<std::byte>((k + std::size_t{m} * 3 + i * 101) & 0xff);
+                for (std::size_t k = 0; k < opt.size; ++k)
+                    out[k] = static_cast<std::byte>((k + std::size_t{m} * 3 + i * 101) & 0xff);
                 clients[i]->post_recv(rx::recv{in}.id(1));
                 clients[i]->post(rx::send{out}.id(2));
-                for (int done = 0; done < 2; ++done) client_cqs[i]->wait_one().throw_if_error();
+                for (int done = 0; done < 2; ++done)
+                    client_cqs[i]->wait_one().throw_if_error();
                 if (std::memcmp(out.data(), in.data(), opt.size) == 0) ++good[i];
             }
         });
@@ -99,7 +101,7 @@ int run(options const& opt) {
         if (r == 0) throw std::runtime_error("no completion event for 10 s");
         if (r < 0) continue;
         ++wakeups;
-        while (ibv_cq* fired = channel.get_event()) {  // every pending event, then re-arm and drain
+        while (ibv_cq* fired = channel.get_event()) { // every pending event, then re-arm and drain
             for (std::size_t i = 0; i < n; ++i) {
                 if (server_cqs[i]->native_handle() != fired) continue;
                 server_cqs[i]->note_event();
@@ -108,7 +110,7 @@ int run(options const& opt) {
                 while (std::size_t got = server_cqs[i]->poll(std::span{wcs})) {
                     for (std::size_t k = 0; k < got; ++k) {
                         wcs[k].throw_if_error();
-                        if (!wcs[k].is_recv()) continue;  // an echo's send completion
+                        if (!wcs[k].is_recv()) continue; // an echo's send completion
                         auto const slot = server_mr.span().subspan(i * opt.size, opt.size);
                         // Re-post the receive before echoing: the client sends again on the echo.
                         // The echo has left the slot once the client has it, before it sends again.
@@ -121,7 +123,8 @@ int run(options const& opt) {
             }
         }
     }
-    for (auto& t : threads) t.join();
+    for (auto& t : threads)
+        t.join();
     ::close(ep);
     unsigned all_good = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -141,17 +144,28 @@ int main(int argc, char** argv) {
     try {
         for (int c; (c = ::getopt(argc, argv, "d:i:c:n:s:h")) != -1;) {
             switch (c) {
-            case 'd': opt.device = optarg; break;
-            case 'i': opt.ib_port = static_cast<std::uint8_t>(std::stoul(optarg)); break;
-            case 'c': opt.clients = static_cast<unsigned>(std::stoul(optarg)); break;
-            case 'n': opt.messages = static_cast<unsigned>(std::stoul(optarg)); break;
-            case 's': opt.size = std::stoul(optarg); break;
+            case 'd':
+                opt.device = optarg;
+                break;
+            case 'i':
+                opt.ib_port = static_cast<std::uint8_t>(std::stoul(optarg));
+                break;
+            case 'c':
+                opt.clients = static_cast<unsigned>(std::stoul(optarg));
+                break;
+            case 'n':
+                opt.messages = static_cast<unsigned>(std::stoul(optarg));
+                break;
+            case 's':
+                opt.size = std::stoul(optarg);
+                break;
             default:
                 std::printf("usage: %s [-d device] [-i ib-port] [-c clients] [-n messages] [-s size]\n", argv[0]);
                 return c == 'h' ? 0 : 1;
             }
         }
-        if (opt.clients == 0 || opt.messages == 0 || opt.size == 0) throw rx::argument_error("-c, -n and -s must be positive");
+        if (opt.clients == 0 || opt.messages == 0 || opt.size == 0)
+            throw rx::argument_error("-c, -n and -s must be positive");
         return run(opt);
     } catch (rx::error const& e) {
         e.dump_detailed(std::cerr, "E:", 2);

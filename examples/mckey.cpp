@@ -45,7 +45,8 @@ int run(options const& o) {
         std::vector<std::byte> out(o.size);
         auto mr = group.pd().register_memory(std::span{out}, rx::access::local_write);
         for (unsigned i = 0; i < o.count; ++i) {
-            for (std::size_t k = 0; k < o.size; ++k) out[k] = pattern(k, i);
+            for (std::size_t k = 0; k < o.size; ++k)
+                out[k] = pattern(k, i);
             group.qp().post(rx::send{mr.span()}.to(group.ah(), group.qpn(), group.qkey()).id(i));
             group.cq().wait_one().throw_if_error();
             std::this_thread::sleep_for(10ms);
@@ -56,7 +57,8 @@ int run(options const& o) {
     std::size_t const slot = rx::ud::grh_bytes + o.size;
     std::vector<std::byte> in(slot * o.count);
     auto mr = group.pd().register_memory(std::span{in}, rx::access::local_write);
-    for (unsigned i = 0; i < o.count; ++i) group.qp().post_recv(rx::recv{mr.span().subspan(i * slot, slot)}.id(i));
+    for (unsigned i = 0; i < o.count; ++i)
+        group.qp().post_recv(rx::recv{mr.span().subspan(i * slot, slot)}.id(i));
     std::printf("mckey: receiving %u datagrams\n", o.count);
     std::vector<bool> seen(o.count, false);
     auto const deadline = std::chrono::steady_clock::now() + 60s;
@@ -67,10 +69,12 @@ int run(options const& o) {
         }
         for (auto const& wc : group.cq().poll<8>()) {
             wc.throw_if_error();
-            auto const payload = std::span{in}.subspan(wc.wr_id() * slot + rx::ud::grh_bytes, wc.byte_len() - rx::ud::grh_bytes);
+            auto const payload =
+                std::span{in}.subspan(wc.wr_id() * slot + rx::ud::grh_bytes, wc.byte_len() - rx::ud::grh_bytes);
             auto const seq = static_cast<unsigned>(payload[0]);
             bool ok = payload.size() == o.size && seq < o.count && !seen[seq];
-            for (std::size_t k = 0; ok && k < payload.size(); ++k) ok = payload[k] == pattern(k, seq);
+            for (std::size_t k = 0; ok && k < payload.size(); ++k)
+                ok = payload[k] == pattern(k, seq);
             if (!ok) {
                 std::fprintf(stderr, "mckey: datagram in slot %llu is not what was sent\n",
                              static_cast<unsigned long long>(wc.wr_id()));
@@ -91,12 +95,25 @@ int main(int argc, char** argv) {
     options o;
     for (int c; (c = ::getopt(argc, argv, "b:m:sC:S:")) != -1;) {
         switch (c) {
-        case 'b': o.bind = optarg; break;
-        case 'm': o.group = optarg; break;
-        case 's': o.sender = true; break;
-        case 'C': o.count = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0)); break;
-        case 'S': o.size = std::strtoul(optarg, nullptr, 0); break;
-        default: o.bind.clear(); optind = argc; break;
+        case 'b':
+            o.bind = optarg;
+            break;
+        case 'm':
+            o.group = optarg;
+            break;
+        case 's':
+            o.sender = true;
+            break;
+        case 'C':
+            o.count = static_cast<unsigned>(std::strtoul(optarg, nullptr, 0));
+            break;
+        case 'S':
+            o.size = std::strtoul(optarg, nullptr, 0);
+            break;
+        default:
+            o.bind.clear();
+            optind = argc;
+            break;
         }
     }
     if (o.bind.empty() || o.count == 0 || o.count > 256) {

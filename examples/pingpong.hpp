@@ -67,8 +67,9 @@ void usage(char const* argv0) {
 std::string to_wire(rx::endpoint const& e) {
     char msg[sizeof "0000:000000:000000:00000000000000000000000000000000"];
     int n = std::snprintf(msg, sizeof msg, "%04x:%06x:%06x:", e.lid, e.qpn, e.psn);
-    for (std::uint8_t b : e.gid.bytes()) n += std::snprintf(msg + n, sizeof msg - static_cast<std::size_t>(n), "%02x", b);
-    return {msg, sizeof msg};  // with its terminating NUL, as the C example sends it
+    for (std::uint8_t b : e.gid.bytes())
+        n += std::snprintf(msg + n, sizeof msg - static_cast<std::size_t>(n), "%02x", b);
+    return {msg, sizeof msg}; // with its terminating NUL, as the C example sends it
 }
 
 rx::endpoint from_wire(std::string const& msg) {
@@ -100,7 +101,7 @@ public:
         addrinfo* res = nullptr;
         if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0)
             throw std::runtime_error("cannot resolve " + host + ":" + port + ": " + ::gai_strerror(rc));
-        for (int attempt = 0; attempt < 100; ++attempt) {  // the server may still be starting
+        for (int attempt = 0; attempt < 100; ++attempt) { // the server may still be starting
             for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
                 int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
                 if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
@@ -171,7 +172,7 @@ void print_endpoint(char const* which, rx::endpoint const& e) {
 template <class Transport, class Completion>
 int run(options const& opt) {
     constexpr bool is_ud = !Transport::connected;
-    constexpr std::size_t grh = is_ud ? 40 : 0;  // UD receives land behind a GRH
+    constexpr std::size_t grh = is_ud ? 40 : 0; // UD receives land behind a GRH
     rx::device_list const devices;
     if (devices.empty()) throw std::runtime_error("no RDMA device found (" + devices.describe() + ")");
     rx::context ctx = opt.device.empty() ? devices[0].open() : devices.find(opt.device).open();
@@ -180,8 +181,8 @@ int run(options const& opt) {
     rx::protection_domain pd(ctx);
     std::vector<std::byte> storage(grh + opt.size);
     rx::memory_region mr = pd.register_memory(std::span{storage}, rx::access::local_write);
-    rx::local_span<std::byte> const recv_buf = mr.span();            // GRH (UD) + message
-    rx::local_span<std::byte> const msg = recv_buf.subspan(grh);     // the message
+    rx::local_span<std::byte> const recv_buf = mr.span();        // GRH (UD) + message
+    rx::local_span<std::byte> const msg = recv_buf.subspan(grh); // the message
     std::span<std::byte> const buf = msg.span();
     rx::completion_queue<Completion> cq(ctx, static_cast<int>(opt.rx_depth) + 2);
     rx::queue_pair<Transport, Completion> qp(pd, cq, cq, {.max_send_wr = 1, .max_recv_wr = opt.rx_depth});
@@ -197,7 +198,8 @@ int run(options const& opt) {
     }
     // Receives are kept rx_depth deep, all on the one buffer (one message is in flight at a
     // time): UC and UD drop a message that finds no receive posted.
-    for (unsigned k = 0; k < opt.rx_depth; ++k) qp.post_recv(rx::recv{recv_buf}.id(1));
+    for (unsigned k = 0; k < opt.rx_depth; ++k)
+        qp.post_recv(rx::recv{recv_buf}.id(1));
 
     rx::endpoint const local = qp.local_endpoint(port);
     std::string const wire = to_wire(local);
@@ -219,16 +221,22 @@ int run(options const& opt) {
         remote = from_wire(sock.receive_exactly(wire.size()));
         ready();
         sock.send_all(wire);
-        (void)sock.receive_exactly(5);  // "done": the client's QP is ready too
+        (void)sock.receive_exactly(5); // "done": the client's QP is ready too
     }
     std::optional<rx::address_handle> ah;
     if constexpr (is_ud) ah.emplace(pd, port, remote.lid, remote.gid);
     auto const message = [&] {
-        if constexpr (is_ud) return rx::send{msg}.id(2).to(*ah, remote.qpn, copt.qkey);
-        else return rx::send{msg}.id(2);
+        if constexpr (is_ud)
+            return rx::send{msg}.id(2).to(*ah, remote.qpn, copt.qkey);
+        else
+            return rx::send{msg}.id(2);
     }();
-    std::printf("%s_pingpong (%s, %s completions) on %s, path MTU %u\n", is_ud ? "ud" : Transport::qp_type == IBV_QPT_RC ? "rc" : "uc", is_client ? "client" : "server",
-                Completion::uses_channel ? "event-driven" : "busy-poll", port.to_string().c_str(), qp.path_mtu_bytes());
+    std::printf("%s_pingpong (%s, %s completions) on %s, path MTU %u\n",
+                is_ud                              ? "ud"
+                : Transport::qp_type == IBV_QPT_RC ? "rc"
+                                                   : "uc",
+                is_client ? "client" : "server", Completion::uses_channel ? "event-driven" : "busy-poll",
+                port.to_string().c_str(), qp.path_mtu_bytes());
     print_endpoint("local ", local);
     print_endpoint("remote", remote);
 
@@ -250,7 +258,8 @@ int run(options const& opt) {
     auto const start = std::chrono::steady_clock::now();
     for (unsigned i = 0; i < opt.iterations; ++i) {
         if (is_client) {
-            for (std::size_t k = 0; k < buf.size(); ++k) buf[k] = static_cast<std::byte>((k + i * 13) & 0xff);
+            for (std::size_t k = 0; k < buf.size(); ++k)
+                buf[k] = static_cast<std::byte>((k + i * 13) & 0xff);
             auto const t0 = std::chrono::steady_clock::now();
             qp.post(message);
             // Both the send's and the echo's completion are needed before the buffer is reused.
@@ -265,7 +274,7 @@ int run(options const& opt) {
                 }
             qp.post_recv(rx::recv{recv_buf}.id(1));
         } else {
-            wait_for(1);  // the client's message is in buf
+            wait_for(1); // the client's message is in buf
             // The next receive goes up before the echo: UC and UD have no RNR retry, and the
             // client sends again as soon as the echo arrives (by then the echo has left buf).
             qp.post_recv(rx::recv{recv_buf}.id(1));
@@ -279,7 +288,10 @@ int run(options const& opt) {
     std::printf("%u iters in %.2f seconds = %.2f usec/iter\n", opt.iterations, seconds, seconds * 1e6 / opt.iterations);
     if (is_client && !rtt_us.empty()) {
         std::sort(rtt_us.begin(), rtt_us.end());
-        auto pct = [&](double p) { return rtt_us[std::min(rtt_us.size() - 1, static_cast<std::size_t>(p * static_cast<double>(rtt_us.size())))]; };
+        auto pct = [&](double p) {
+            return rtt_us[std::min(rtt_us.size() - 1,
+                                   static_cast<std::size_t>(p * static_cast<double>(rtt_us.size())))];
+        };
         std::printf("messages: %u round trips of %zu bytes, %.0f bytes moved\n", opt.iterations, opt.size, bytes);
         std::printf("round trip: median %.1f us, p99 %.1f us, min %.1f us, max %.1f us\n", pct(0.5), pct(0.99),
                     rtt_us.front(), rtt_us.back());
@@ -295,33 +307,61 @@ int main(int argc, char** argv, std::size_t default_size) {
     options opt;
     opt.size = default_size;
     static option const long_options[] = {
-        {"port", required_argument, nullptr, 'p'},  {"ib-dev", required_argument, nullptr, 'd'},
-        {"ib-port", required_argument, nullptr, 'i'}, {"size", required_argument, nullptr, 's'},
-        {"mtu", required_argument, nullptr, 'm'},   {"iters", required_argument, nullptr, 'n'}, {"rx-depth", required_argument, nullptr, 'r'},
-        {"gid-idx", required_argument, nullptr, 'g'}, {"events", no_argument, nullptr, 'e'},
-        {"help", no_argument, nullptr, 'h'},        {nullptr, 0, nullptr, 0},
+        {"port", required_argument, nullptr, 'p'},
+        {"ib-dev", required_argument, nullptr, 'd'},
+        {"ib-port", required_argument, nullptr, 'i'},
+        {"size", required_argument, nullptr, 's'},
+        {"mtu", required_argument, nullptr, 'm'},
+        {"iters", required_argument, nullptr, 'n'},
+        {"rx-depth", required_argument, nullptr, 'r'},
+        {"gid-idx", required_argument, nullptr, 'g'},
+        {"events", no_argument, nullptr, 'e'},
+        {"help", no_argument, nullptr, 'h'},
+        {nullptr, 0, nullptr, 0},
     };
     try {
         for (int c; (c = ::getopt_long(argc, argv, "p:d:i:s:m:n:r:g:eh", long_options, nullptr)) != -1;) {
             switch (c) {
-            case 'p': opt.port = optarg; break;
-            case 'd': opt.device = optarg; break;
-            case 'i': opt.ib_port = static_cast<std::uint8_t>(std::stoul(optarg)); break;
-            case 's': opt.size = std::stoul(optarg); break;
-            case 'm': opt.mtu = static_cast<std::uint32_t>(std::stoul(optarg)); break;
-            case 'n': opt.iterations = static_cast<unsigned>(std::stoul(optarg)); break;
-            case 'g': opt.gid_index = std::stoi(optarg); break;
-            case 'r': opt.rx_depth = static_cast<std::uint32_t>(std::stoul(optarg)); break;
-            case 'e': opt.events = true; break;
-            default: usage(argv[0]); return c == 'h' ? 0 : 1;
+            case 'p':
+                opt.port = optarg;
+                break;
+            case 'd':
+                opt.device = optarg;
+                break;
+            case 'i':
+                opt.ib_port = static_cast<std::uint8_t>(std::stoul(optarg));
+                break;
+            case 's':
+                opt.size = std::stoul(optarg);
+                break;
+            case 'm':
+                opt.mtu = static_cast<std::uint32_t>(std::stoul(optarg));
+                break;
+            case 'n':
+                opt.iterations = static_cast<unsigned>(std::stoul(optarg));
+                break;
+            case 'g':
+                opt.gid_index = std::stoi(optarg);
+                break;
+            case 'r':
+                opt.rx_depth = static_cast<std::uint32_t>(std::stoul(optarg));
+                break;
+            case 'e':
+                opt.events = true;
+                break;
+            default:
+                usage(argv[0]);
+                return c == 'h' ? 0 : 1;
             }
         }
-        if (optind == argc - 1) opt.server = argv[optind];
+        if (optind == argc - 1)
+            opt.server = argv[optind];
         else if (optind < argc) {
             usage(argv[0]);
             return 1;
         }
-        if (opt.size == 0 || opt.iterations == 0 || opt.rx_depth == 0) throw rx::argument_error("size, iterations and rx-depth must be positive");
+        if (opt.size == 0 || opt.iterations == 0 || opt.rx_depth == 0)
+            throw rx::argument_error("size, iterations and rx-depth must be positive");
         (void)rx::mtu_from_bytes(opt.mtu);
         return opt.events ? run<Transport, rx::event_driven>(opt) : run<Transport, rx::busy_poll>(opt);
     } catch (rx::error const& e) {

@@ -13,14 +13,14 @@ inline namespace v0 {
 /// Combine with `|`; test with `&`. Remote write and remote atomic need local write, which
 /// ibv_reg_mr(3) enforces with EINVAL.
 enum class access : std::uint32_t {
-    none = 0,                                    ///< no right beyond local read
-    local_write = IBV_ACCESS_LOCAL_WRITE,        ///< the HCA may write (receives, READ results)
-    remote_write = IBV_ACCESS_REMOTE_WRITE,      ///< peers may RDMA WRITE into it
-    remote_read = IBV_ACCESS_REMOTE_READ,        ///< peers may RDMA READ from it
-    remote_atomic = IBV_ACCESS_REMOTE_ATOMIC,    ///< peers may run atomics on it
-    mw_bind = IBV_ACCESS_MW_BIND,                ///< memory windows may be bound to it
-    zero_based = IBV_ACCESS_ZERO_BASED,          ///< remote addresses start at 0
-    on_demand = IBV_ACCESS_ON_DEMAND,            ///< on-demand paging
+    none = 0,                                       ///< no right beyond local read
+    local_write = IBV_ACCESS_LOCAL_WRITE,           ///< the HCA may write (receives, READ results)
+    remote_write = IBV_ACCESS_REMOTE_WRITE,         ///< peers may RDMA WRITE into it
+    remote_read = IBV_ACCESS_REMOTE_READ,           ///< peers may RDMA READ from it
+    remote_atomic = IBV_ACCESS_REMOTE_ATOMIC,       ///< peers may run atomics on it
+    mw_bind = IBV_ACCESS_MW_BIND,                   ///< memory windows may be bound to it
+    zero_based = IBV_ACCESS_ZERO_BASED,             ///< remote addresses start at 0
+    on_demand = IBV_ACCESS_ON_DEMAND,               ///< on-demand paging
     relaxed_ordering = IBV_ACCESS_RELAXED_ORDERING, ///< relaxed PCIe ordering allowed
 };
 

@@ -26,7 +26,8 @@ public:
     address_handle(protection_domain& pd, ibv_ah_attr const& attr) {
         ibv_ah_attr copy = attr;
         handle_.reset(::ibv_create_ah(pd.native_handle(), &copy));
-        if (!handle_) [[unlikely]] detail::throw_errno("ibv_create_ah");
+        if (!handle_) [[unlikely]]
+            detail::throw_errno("ibv_create_ah");
     }
 
     /// The route from `port` to the remote port with LID `remote_lid` and GID `remote_gid`. A

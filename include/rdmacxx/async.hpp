@@ -39,12 +39,18 @@ enum class async_object {
 /// "CQ", "QP", "SRQ", "WQ", "port" or "device".
 [[nodiscard]] constexpr std::string_view to_string(async_object o) noexcept {
     switch (o) {
-    case async_object::cq: return "CQ";
-    case async_object::qp: return "QP";
-    case async_object::srq: return "SRQ";
-    case async_object::wq: return "WQ";
-    case async_object::port: return "port";
-    case async_object::device: return "device";
+    case async_object::cq:
+        return "CQ";
+    case async_object::qp:
+        return "QP";
+    case async_object::srq:
+        return "SRQ";
+    case async_object::wq:
+        return "WQ";
+    case async_object::port:
+        return "port";
+    case async_object::device:
+        return "device";
     }
     return "unknown";
 }
@@ -52,7 +58,8 @@ enum class async_object {
 /// The kind of object an event of type `type` is about, as ibv_get_async_event(3) documents it.
 [[nodiscard]] constexpr async_object affected_object(ibv_event_type type) noexcept {
     switch (type) {
-    case IBV_EVENT_CQ_ERR: return async_object::cq;
+    case IBV_EVENT_CQ_ERR:
+        return async_object::cq;
     case IBV_EVENT_QP_FATAL:
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
@@ -60,18 +67,23 @@ enum class async_object {
     case IBV_EVENT_SQ_DRAINED:
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: return async_object::qp;
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        return async_object::qp;
     case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: return async_object::srq;
-    case IBV_EVENT_WQ_FATAL: return async_object::wq;
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+        return async_object::srq;
+    case IBV_EVENT_WQ_FATAL:
+        return async_object::wq;
     case IBV_EVENT_PORT_ACTIVE:
     case IBV_EVENT_PORT_ERR:
     case IBV_EVENT_LID_CHANGE:
     case IBV_EVENT_PKEY_CHANGE:
     case IBV_EVENT_SM_CHANGE:
     case IBV_EVENT_CLIENT_REREGISTER:
-    case IBV_EVENT_GID_CHANGE: return async_object::port;
-    case IBV_EVENT_DEVICE_FATAL: return async_object::device;
+    case IBV_EVENT_GID_CHANGE:
+        return async_object::port;
+    case IBV_EVENT_DEVICE_FATAL:
+        return async_object::device;
     }
     return async_object::device;
 }
@@ -89,8 +101,10 @@ enum class async_object {
     case IBV_EVENT_PATH_MIG_ERR:
     case IBV_EVENT_SRQ_ERR:
     case IBV_EVENT_WQ_FATAL:
-    case IBV_EVENT_DEVICE_FATAL: return true;
-    default: return false;
+    case IBV_EVENT_DEVICE_FATAL:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -160,12 +174,18 @@ public:
     /// "port 1", "device".
     [[nodiscard]] std::string affected() const {
         switch (object()) {
-        case async_object::qp: return "QP " + std::to_string(qp_num());
-        case async_object::port: return "port " + std::to_string(port_num());
-        case async_object::device: return "device";
-        case async_object::cq: return "CQ " + pointer_text(raw_.element.cq);
-        case async_object::srq: return "SRQ " + pointer_text(raw_.element.srq);
-        case async_object::wq: return "WQ " + pointer_text(raw_.element.wq);
+        case async_object::qp:
+            return "QP " + std::to_string(qp_num());
+        case async_object::port:
+            return "port " + std::to_string(port_num());
+        case async_object::device:
+            return "device";
+        case async_object::cq:
+            return "CQ " + pointer_text(raw_.element.cq);
+        case async_object::srq:
+            return "SRQ " + pointer_text(raw_.element.srq);
+        case async_object::wq:
+            return "WQ " + pointer_text(raw_.element.wq);
         }
         return "device";
     }
@@ -267,8 +287,8 @@ public:
     [[nodiscard]] std::optional<async_event> wait(std::chrono::milliseconds timeout) {
         auto const deadline = std::chrono::steady_clock::now() + timeout;
         for (;;) {
-            auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                                   std::chrono::steady_clock::now());
+            auto const left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
             if (auto ev = read(left.count() < 0 ? 0 : static_cast<int>(left.count()))) return ev;
             if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
         }
@@ -285,22 +305,23 @@ public:
     /// @throws async_error for an error event when `raise_errors` is set (the events before it
     ///         were handled); whatever `handler` throws; as `get`.
     template <class Handler>
-        requires std::invocable<Handler&, async_event&&>
-    std::size_t dispatch(Handler&& handler, std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) {
-        std::size_t n = 0;
-        for (auto ev = wait(timeout); ev; ev = try_get()) {
-            handler(std::move(*ev));
-            ++n;
+        requires std::invocable<Handler&, async_event&&> std::size_t
+        dispatch(Handler&& handler, std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) {
+            std::size_t n = 0;
+            for (auto ev = wait(timeout); ev; ev = try_get()) {
+                handler(std::move(*ev));
+                ++n;
+            }
+            return n;
         }
-        return n;
-    }
 
     /// Appends every event to `queue`, waiting up to `timeout` for the first one and taking the
     /// others as long as they are already waiting. The events stay unacknowledged until taken
     /// out of the queue and destroyed.
     /// @returns the number of events appended.
     /// @throws as `dispatch`.
-    std::size_t drain(std::deque<async_event>& queue, std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) {
+    std::size_t drain(std::deque<async_event>& queue,
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) {
         return dispatch([&queue](async_event&& ev) { queue.push_back(std::move(ev)); }, timeout);
     }
 
@@ -315,7 +336,8 @@ private:
         int const rc = ::poll(&p, 1, timeout_ms);
         if (rc < 0) {
             if (errno == EINTR) return std::nullopt;
-            detail::throw_errno("poll", "waiting on the async event fd of " + std::string{::ibv_get_device_name(ctx_->device)});
+            detail::throw_errno("poll",
+                                "waiting on the async event fd of " + std::string{::ibv_get_device_name(ctx_->device)});
         }
         if (rc == 0) return std::nullopt;
         ibv_async_event raw{};

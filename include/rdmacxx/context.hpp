@@ -27,11 +27,16 @@ inline namespace v0 {
 /// The bytes of a path MTU enumerator: IBV_MTU_1024 → 1024; 0 for an invalid value.
 [[nodiscard]] constexpr std::uint32_t mtu_bytes(ibv_mtu mtu) noexcept {
     switch (mtu) {
-    case IBV_MTU_256: return 256;
-    case IBV_MTU_512: return 512;
-    case IBV_MTU_1024: return 1024;
-    case IBV_MTU_2048: return 2048;
-    case IBV_MTU_4096: return 4096;
+    case IBV_MTU_256:
+        return 256;
+    case IBV_MTU_512:
+        return 512;
+    case IBV_MTU_1024:
+        return 1024;
+    case IBV_MTU_2048:
+        return 2048;
+    case IBV_MTU_4096:
+        return 4096;
     }
     return 0;
 }
@@ -40,12 +45,18 @@ inline namespace v0 {
 /// @throws argument_error for any other value.
 [[nodiscard]] inline ibv_mtu mtu_from_bytes(std::uint32_t bytes) {
     switch (bytes) {
-    case 256: return IBV_MTU_256;
-    case 512: return IBV_MTU_512;
-    case 1024: return IBV_MTU_1024;
-    case 2048: return IBV_MTU_2048;
-    case 4096: return IBV_MTU_4096;
-    default: break;
+    case 256:
+        return IBV_MTU_256;
+    case 512:
+        return IBV_MTU_512;
+    case 1024:
+        return IBV_MTU_1024;
+    case 2048:
+        return IBV_MTU_2048;
+    case 4096:
+        return IBV_MTU_4096;
+    default:
+        break;
     }
     detail::throw_argument("invalid path MTU " + std::to_string(bytes) + " bytes (one of 256, 512, 1024, 2048, 4096)");
 }
@@ -60,9 +71,12 @@ enum class gid_type : std::uint32_t {
 /// "IB", "RoCE v1" or "RoCE v2".
 [[nodiscard]] constexpr char const* to_string(gid_type t) noexcept {
     switch (t) {
-    case gid_type::ib: return "IB";
-    case gid_type::roce_v1: return "RoCE v1";
-    case gid_type::roce_v2: return "RoCE v2";
+    case gid_type::ib:
+        return "IB";
+    case gid_type::roce_v1:
+        return "RoCE v1";
+    case gid_type::roce_v2:
+        return "RoCE v2";
     }
     return "unknown";
 }
@@ -115,9 +129,9 @@ struct gid_entry {
 /// `index` takes that entry as it is; `address` takes the entry holding that GID; `type` keeps
 /// only entries of that type before the rules run.
 struct gid_selector {
-    std::optional<std::uint32_t> index;          ///< use exactly this GID table index
-    std::optional<rdmacxx::gid> address;         ///< use the entry holding this GID
-    std::optional<rdmacxx::gid_type> type;       ///< consider only entries of this type
+    std::optional<std::uint32_t> index;    ///< use exactly this GID table index
+    std::optional<rdmacxx::gid> address;   ///< use the entry holding this GID
+    std::optional<rdmacxx::gid_type> type; ///< consider only entries of this type
 };
 
 /// The text of a port state, as ibv_port_state_str(3) gives it: "down", "init", "armed",
@@ -128,9 +142,12 @@ struct gid_selector {
 /// "InfiniBand", "Ethernet" or "unspecified" for a port's link layer code.
 [[nodiscard]] constexpr std::string_view link_layer_name(std::uint8_t link_layer) noexcept {
     switch (link_layer) {
-    case IBV_LINK_LAYER_INFINIBAND: return "InfiniBand";
-    case IBV_LINK_LAYER_ETHERNET: return "Ethernet";
-    default: return "unspecified";
+    case IBV_LINK_LAYER_INFINIBAND:
+        return "InfiniBand";
+    case IBV_LINK_LAYER_ETHERNET:
+        return "Ethernet";
+    default:
+        return "unspecified";
     }
 }
 
@@ -138,12 +155,18 @@ struct gid_selector {
 /// @see ibv_query_port(3)
 [[nodiscard]] constexpr std::string_view link_width_name(std::uint8_t width) noexcept {
     switch (width) {
-    case 1: return "1X";
-    case 2: return "4X";
-    case 4: return "8X";
-    case 8: return "12X";
-    case 16: return "2X";
-    default: return "unknown";
+    case 1:
+        return "1X";
+    case 2:
+        return "4X";
+    case 4:
+        return "8X";
+    case 8:
+        return "12X";
+    case 16:
+        return "2X";
+    default:
+        return "unknown";
     }
 }
 
@@ -152,15 +175,24 @@ struct gid_selector {
 /// @see ibv_query_port(3)
 [[nodiscard]] constexpr std::string_view link_speed_name(std::uint8_t speed) noexcept {
     switch (speed) {
-    case 1: return "2.5 Gbps (SDR)";
-    case 2: return "5.0 Gbps (DDR)";
-    case 4: return "10.0 Gbps (QDR)";
-    case 8: return "10.0 Gbps (FDR10)";
-    case 16: return "14.0 Gbps (FDR)";
-    case 32: return "25.0 Gbps (EDR)";
-    case 64: return "50.0 Gbps (HDR)";
-    case 128: return "100.0 Gbps (NDR)";
-    default: return "unknown";
+    case 1:
+        return "2.5 Gbps (SDR)";
+    case 2:
+        return "5.0 Gbps (DDR)";
+    case 4:
+        return "10.0 Gbps (QDR)";
+    case 8:
+        return "10.0 Gbps (FDR10)";
+    case 16:
+        return "14.0 Gbps (FDR)";
+    case 32:
+        return "25.0 Gbps (EDR)";
+    case 64:
+        return "50.0 Gbps (HDR)";
+    case 128:
+        return "100.0 Gbps (NDR)";
+    default:
+        return "unknown";
     }
 }
 
@@ -195,7 +227,9 @@ public:
     /// The state as text: "down", "init", "armed", "active", …
     [[nodiscard]] std::string_view state_name() const noexcept { return rdmacxx::to_string(attr_.state); }
     /// The link layer as text: "InfiniBand", "Ethernet" or "unspecified".
-    [[nodiscard]] std::string_view link_layer_name() const noexcept { return rdmacxx::link_layer_name(attr_.link_layer); }
+    [[nodiscard]] std::string_view link_layer_name() const noexcept {
+        return rdmacxx::link_layer_name(attr_.link_layer);
+    }
     /// The active link width as text, e.g. "1X", "4X".
     [[nodiscard]] std::string_view width_name() const noexcept { return link_width_name(attr_.active_width); }
     /// The active per-lane speed as text, e.g. "2.5 Gbps (SDR)".
@@ -305,7 +339,7 @@ public:
                     if (e.index == 0) best = &e;
                     continue;
                 }
-                if (int const sc = score(e); sc > best_score) {  // strict: the lowest index wins ties
+                if (int const sc = score(e); sc > best_score) { // strict: the lowest index wins ties
                     best = &e;
                     best_score = sc;
                 }
@@ -355,11 +389,15 @@ private:
     RDMACXX_COLD [[noreturn]] void throw_no_gid(std::uint8_t port_num, gid_selector const& want,
                                                 std::vector<gid_entry> const& table) const {
         std::string asked = "usable GID";
-        if (want.index) asked = "GID index " + std::to_string(*want.index);
-        else if (want.address) asked = "GID " + want.address->to_string();
-        else if (want.type) asked = std::string{rdmacxx::to_string(*want.type)} + " GID";
+        if (want.index)
+            asked = "GID index " + std::to_string(*want.index);
+        else if (want.address)
+            asked = "GID " + want.address->to_string();
+        else if (want.type)
+            asked = std::string{rdmacxx::to_string(*want.type)} + " GID";
         std::string have = table.empty() ? std::string{"its GID table is empty"} : std::string{"its GIDs:"};
-        for (auto const& e : table) have += " " + e.to_string() + ";";
+        for (auto const& e : table)
+            have += " " + e.to_string() + ";";
         if (!table.empty()) have.pop_back();
         throw argument_error("port " + std::string{name()} + "/" + std::to_string(port_num) + " has no " + asked +
                                  " (" + have + ")",

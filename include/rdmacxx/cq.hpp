@@ -64,7 +64,8 @@ public:
     /// Throws `wc_error` built from this completion when it failed.
     /// @throws wc_error with the status, vendor error, opcode, QP number and side.
     void throw_if_error() const {
-        if (!ok()) [[unlikely]] throw_error();
+        if (!ok()) [[unlikely]]
+            throw_error();
     }
 
 private:
@@ -83,7 +84,8 @@ template <class T>
 [[nodiscard]] std::span<T> ud_payload(std::span<T> buffer, work_completion const& wc) {
     static_assert(sizeof(T) == 1, "a UD payload is bytes: pass a span of std::byte, char or unsigned char");
     if (wc.byte_len() < 40 || wc.byte_len() > buffer.size()) [[unlikely]]
-        detail::throw_argument("UD completion of " + std::to_string(wc.byte_len()) + " bytes does not fit a GRH of 40 bytes and a buffer of " +
+        detail::throw_argument("UD completion of " + std::to_string(wc.byte_len()) +
+                               " bytes does not fit a GRH of 40 bytes and a buffer of " +
                                std::to_string(buffer.size()) + " bytes");
     return buffer.subspan(40, wc.byte_len() - 40);
 }
@@ -92,7 +94,8 @@ template <class T>
 template <class T>
 [[nodiscard]] std::span<T, 40> ud_grh(std::span<T> buffer) {
     static_assert(sizeof(T) == 1, "a GRH is bytes");
-    if (buffer.size() < 40) [[unlikely]] detail::throw_argument("a UD receive buffer holds at least a 40-byte GRH");
+    if (buffer.size() < 40) [[unlikely]]
+        detail::throw_argument("a UD receive buffer holds at least a 40-byte GRH");
     return buffer.template first<40>();
 }
 
@@ -102,8 +105,10 @@ class completion_batch {
 public:
     [[nodiscard]] work_completion const* begin() const noexcept { return items(); }
     [[nodiscard]] work_completion const* end() const noexcept {
-        if constexpr (N == 1) return items() + (count_ != 0 ? 1 : 0);  // lets the compiler see a loop of at most one
-        else return items() + count_;
+        if constexpr (N == 1)
+            return items() + (count_ != 0 ? 1 : 0); // lets the compiler see a loop of at most one
+        else
+            return items() + count_;
     }
     [[nodiscard]] std::size_t size() const noexcept { return count_; }
     [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
@@ -124,7 +129,7 @@ private:
     // For poll<N>(), which sets count_ itself: no dead store into the escaped object.
     explicit completion_batch(no_init) noexcept {}
     alignas(work_completion) std::byte storage_[N * sizeof(work_completion)];
-    std::uint32_t count_;  // 32 bits: ibv_poll_cq(3)'s int is stored without widening
+    std::uint32_t count_; // 32 bits: ibv_poll_cq(3)'s int is stored without widening
 
 public:
     /// An empty batch.
@@ -169,7 +174,8 @@ public:
     /// Creates a channel on `ctx`.
     /// @throws sys_error when ibv_create_comp_channel(3) fails.
     explicit completion_channel(context& ctx) : handle_(::ibv_create_comp_channel(ctx.native_handle())) {
-        if (!handle_) [[unlikely]] detail::throw_errno("ibv_create_comp_channel");
+        if (!handle_) [[unlikely]]
+            detail::throw_errno("ibv_create_comp_channel");
     }
 
     /// The file descriptor, readable when an event is pending; for epoll/poll.
@@ -180,9 +186,11 @@ public:
     /// @throws sys_error when fcntl(2) fails.
     void set_nonblocking(bool on = true) {
         int flags = ::fcntl(fd(), F_GETFL);
-        if (flags < 0) [[unlikely]] detail::throw_errno("fcntl");
+        if (flags < 0) [[unlikely]]
+            detail::throw_errno("fcntl");
         flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
-        if (::fcntl(fd(), F_SETFL, flags) < 0) [[unlikely]] detail::throw_errno("fcntl");
+        if (::fcntl(fd(), F_SETFL, flags) < 0) [[unlikely]]
+            detail::throw_errno("fcntl");
     }
 
     /// Takes the next event: the `ibv_cq` that fired, or nullptr when the descriptor is
@@ -219,8 +227,9 @@ private:
 /// @see ibv_create_cq(3), ibv_poll_cq(3), ibv_req_notify_cq(3), ibv_get_cq_event(3)
 template <class Completion>
 class completion_queue {
-    static_assert(completion_strategy<Completion>,
-                  "the completion strategy must be rdmacxx::busy_poll, rdmacxx::event_driven or a type with their contract");
+    static_assert(
+        completion_strategy<Completion>,
+        "the completion strategy must be rdmacxx::busy_poll, rdmacxx::event_driven or a type with their contract");
 
 public:
     /// Number of events acknowledged together by `event_driven` (ibv_ack_cq_events(3) takes a mutex).
@@ -236,8 +245,7 @@ public:
 
     /// Creates an `event_driven` CQ whose events arrive on `channel`, which may serve other CQs.
     /// @throws sys_error when ibv_create_cq(3) fails.
-    completion_queue(context& ctx, int min_entries, completion_channel& channel)
-        requires(Completion::uses_channel)
+    completion_queue(context& ctx, int min_entries, completion_channel& channel) requires(Completion::uses_channel)
         : ctx_(&ctx) {
         create(min_entries, &channel);
     }
@@ -252,7 +260,8 @@ public:
     /// @throws sys_error when ibv_poll_cq(3) fails.
     std::size_t poll(std::span<work_completion> out) {
         int const n = ::ibv_poll_cq(cq_.get(), static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
-        if (n < 0) [[unlikely]] detail::throw_sys(-n == 0 ? EIO : -n, "ibv_poll_cq");
+        if (n < 0) [[unlikely]]
+            detail::throw_sys(-n == 0 ? EIO : -n, "ibv_poll_cq");
         return static_cast<std::size_t>(n);
     }
 
@@ -273,15 +282,16 @@ public:
     [[nodiscard]] completion_batch<N> poll() {
         completion_batch<N> batch{typename completion_batch<N>::no_init{}};
         int const n = ::ibv_poll_cq(cq_.get(), static_cast<int>(N), reinterpret_cast<ibv_wc*>(batch.items()));
-        if (n < 0) [[unlikely]] detail::throw_sys(-n, "ibv_poll_cq");
-        if (n > static_cast<int>(N)) __builtin_unreachable();  // at most N: lets the caller's loop know
+        if (n < 0) [[unlikely]]
+            detail::throw_sys(-n, "ibv_poll_cq");
+        if (n > static_cast<int>(N)) __builtin_unreachable(); // at most N: lets the caller's loop know
         batch.count_ = static_cast<std::uint32_t>(n);
         return batch;
     }
 
     /// Blocks until at least one completion is there, then takes up to `out.size()`; returns
-    /// how many (at least 1). `busy_poll` spins; `adaptive` spins for a while first; `event_driven` arms the CQ, polls once more so
-    /// that a completion that arrived before the arm is not missed, then sleeps on the channel.
+    /// how many (at least 1). `busy_poll` spins; `adaptive` spins for a while first; `event_driven` arms the CQ, polls
+    /// once more so that a completion that arrived before the arm is not missed, then sleeps on the channel.
     /// @throws sys_error when polling, arming or reading the channel fails.
     std::size_t wait(std::span<work_completion> out) {
         if constexpr (Completion::uses_channel && requires { Completion::spin; }) {
@@ -310,18 +320,14 @@ public:
 
     /// Requests an event for the next completion (or the next solicited one).
     /// @throws sys_error when ibv_req_notify_cq(3) fails.
-    void arm(bool solicited_only = false)
-        requires(Completion::uses_channel)
-    {
+    void arm(bool solicited_only = false) requires(Completion::uses_channel) {
         if (int rc = ::ibv_req_notify_cq(cq_.get(), solicited_only ? 1 : 0); rc != 0) [[unlikely]]
             detail::throw_sys(rc, "ibv_req_notify_cq");
     }
 
     /// Records one event taken for this CQ from its channel (by `wait` or by a caller's own event
     /// loop through `completion_channel::get_event`); acknowledges every `ack_batch` events.
-    void note_event() noexcept
-        requires(Completion::uses_channel)
-    {
+    void note_event() noexcept requires(Completion::uses_channel) {
         if (++unacked_ == ack_batch) {
             ::ibv_ack_cq_events(cq_.get(), unacked_);
             unacked_ = 0;
@@ -352,13 +358,16 @@ private:
             ibv_cq* ev_cq = nullptr;
             void* ev_ctx = nullptr;
             if (::ibv_get_cq_event(cq_->channel, &ev_cq, &ev_ctx) == 0) {
-                if (ev_cq == cq_.get()) note_event();
-                else ::ibv_ack_cq_events(ev_cq, 1);  // another CQ's event on a shared channel: it will re-arm and re-poll
+                if (ev_cq == cq_.get())
+                    note_event();
+                else
+                    ::ibv_ack_cq_events(ev_cq, 1); // another CQ's event on a shared channel: it will re-arm and re-poll
                 return;
             }
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) [[unlikely]]
                 detail::throw_errno("ibv_get_cq_event");
-            if (errno != EINTR && ::poll(&pfd, 1, -1) < 0 && errno != EINTR) [[unlikely]] detail::throw_errno("poll");
+            if (errno != EINTR && ::poll(&pfd, 1, -1) < 0 && errno != EINTR) [[unlikely]]
+                detail::throw_errno("poll");
         }
     }
 

@@ -56,12 +56,18 @@ public:
     /// The transport type as text: "InfiniBand", "iWARP", "usNIC", "usNIC UDP", "unspecified".
     [[nodiscard]] std::string_view transport_type_name() const noexcept {
         switch (transport_type()) {
-        case IBV_TRANSPORT_IB: return "InfiniBand";
-        case IBV_TRANSPORT_IWARP: return "iWARP";
-        case IBV_TRANSPORT_USNIC: return "usNIC";
-        case IBV_TRANSPORT_USNIC_UDP: return "usNIC UDP";
-        case IBV_TRANSPORT_UNSPECIFIED: return "unspecified";
-        case IBV_TRANSPORT_UNKNOWN: break;
+        case IBV_TRANSPORT_IB:
+            return "InfiniBand";
+        case IBV_TRANSPORT_IWARP:
+            return "iWARP";
+        case IBV_TRANSPORT_USNIC:
+            return "usNIC";
+        case IBV_TRANSPORT_USNIC_UDP:
+            return "usNIC UDP";
+        case IBV_TRANSPORT_UNSPECIFIED:
+            return "unspecified";
+        case IBV_TRANSPORT_UNKNOWN:
+            break;
         }
         return "unknown";
     }
@@ -91,7 +97,7 @@ public:
         errno = 0;
         list_.reset(::ibv_get_device_list(&count));
         if (!list_) {
-            if (errno == ENOSYS) return;  // no RDMA stack on this host: no devices
+            if (errno == ENOSYS) return; // no RDMA stack on this host: no devices
             detail::throw_errno("ibv_get_device_list", "while listing RDMA devices");
         }
         size_ = static_cast<std::size_t>(count);
@@ -109,12 +115,32 @@ public:
         explicit iterator(ibv_device** at) noexcept : at_(at) {}
         device operator*() const noexcept { return device{*at_}; }
         device operator[](difference_type n) const noexcept { return device{at_[n]}; }
-        iterator& operator++() noexcept { ++at_; return *this; }
-        iterator operator++(int) noexcept { auto t = *this; ++at_; return t; }
-        iterator& operator--() noexcept { --at_; return *this; }
-        iterator operator--(int) noexcept { auto t = *this; --at_; return t; }
-        iterator& operator+=(difference_type n) noexcept { at_ += n; return *this; }
-        iterator& operator-=(difference_type n) noexcept { at_ -= n; return *this; }
+        iterator& operator++() noexcept {
+            ++at_;
+            return *this;
+        }
+        iterator operator++(int) noexcept {
+            auto t = *this;
+            ++at_;
+            return t;
+        }
+        iterator& operator--() noexcept {
+            --at_;
+            return *this;
+        }
+        iterator operator--(int) noexcept {
+            auto t = *this;
+            --at_;
+            return t;
+        }
+        iterator& operator+=(difference_type n) noexcept {
+            at_ += n;
+            return *this;
+        }
+        iterator& operator-=(difference_type n) noexcept {
+            at_ -= n;
+            return *this;
+        }
         friend iterator operator+(iterator i, difference_type n) noexcept { return i += n; }
         friend iterator operator+(difference_type n, iterator i) noexcept { return i += n; }
         friend iterator operator-(iterator i, difference_type n) noexcept { return i -= n; }

@@ -212,7 +212,7 @@ public:
     /// The port and its chosen GID.
     [[nodiscard]] end_port const& port() const noexcept { return port_; }
     /// The port and its chosen GID.
-    operator end_port const&() const noexcept { return port_; }  // NOLINT(google-explicit-constructor)
+    operator end_port const&() const noexcept { return port_; } // NOLINT(google-explicit-constructor)
     /// The 1-based port number.
     [[nodiscard]] std::uint8_t port_num() const noexcept { return port_.port_num(); }
     /// The GID table entry connections use.
@@ -306,8 +306,8 @@ inline std::string describe_ports(device_list const& devices) {
         if (d.port_num() > count)
             detail::throw_no_end_port(d, "device " + d.device_name() + " has " + std::to_string(count) +
                                              (count == 1 ? " port, " + d.device_name() + "/1"
-                                                         : " ports, " + d.device_name() + "/1 to " +
-                                                               d.device_name() + "/" + std::to_string(count)));
+                                                         : " ports, " + d.device_name() + "/1 to " + d.device_name() +
+                                                               "/" + std::to_string(count)));
         return opened_end_port{std::move(ctx), d.port_num(), want};
     }
     case form::gid: {
@@ -341,7 +341,8 @@ inline std::string describe_ports(device_list const& devices) {
                 auto const port = static_cast<std::uint8_t>(p);
                 rdmacxx::guid const port_guid{ctx.query_gid(port, 0).interface_id()};
                 if (port_guid == d.guid()) return opened_end_port{std::move(ctx), port, want};
-                have += " " + std::string{dev.name()} + "/" + std::to_string(p) + " port " + port_guid.to_string() + ";";
+                have +=
+                    " " + std::string{dev.name()} + "/" + std::to_string(p) + " port " + port_guid.to_string() + ";";
             }
         }
         for (device dev : devices)

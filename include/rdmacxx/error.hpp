@@ -2,8 +2,8 @@
 /// @file
 /// The rdmacxx error hierarchy, layered as python-rdma's: one root, `rdmacxx::error`, and below
 /// it system errors (`sys_error`), work-request errors (`wr_error`), work-completion errors
-/// (`wc_error`), asynchronous-event errors (`async_error`) and bad-input errors (`argument_error`). Every error carries a stack of
-/// context messages that grows as it crosses layers and prints itself with `dump_detailed`.
+/// (`wc_error`), asynchronous-event errors (`async_error`) and bad-input errors (`argument_error`). Every error carries
+/// a stack of context messages that grows as it crosses layers and prints itself with `dump_detailed`.
 
 #include "rdmacxx/detail/verbs.hpp"
 
@@ -74,8 +74,7 @@ inline namespace v0 {
 class error : public std::system_error {
 public:
     /// Builds an error from its code and the lowest layer's message.
-    error(std::error_code code, std::string message)
-        : std::system_error(code), state_(std::make_shared<state>()) {
+    error(std::error_code code, std::string message) : std::system_error(code), state_(std::make_shared<state>()) {
         state_->messages.push_back(std::move(message));
         compose();
     }
@@ -96,18 +95,18 @@ public:
     [[nodiscard]] char const* what() const noexcept override { return state_->what.c_str(); }
 
     /// Prints the error for a person, in the shape python-rdma's `dump_detailed` prints
-    /// (`E: Failed …` then `E: +…`): level 0: one line, the top message; level 1: the top message, then each lower layer's
-    /// message on its own line after a `+`, and the error code; level 2 and above: also the
-    /// work request, work completion or attributes involved, one `name: value` line each.
-    /// Every line starts with `prefix` and a space (none when the prefix is empty).
+    /// (`E: Failed …` then `E: +…`): level 0: one line, the top message; level 1: the top message, then each lower
+    /// layer's message on its own line after a `+`, and the error code; level 2 and above: also the work request, work
+    /// completion or attributes involved, one `name: value` line each. Every line starts with `prefix` and a space
+    /// (none when the prefix is empty).
     void dump_detailed(std::ostream& os, std::string_view prefix = "E:", int level = 1) const {
         std::string const lead = prefix.empty() ? std::string{} : std::string{prefix} + ' ';
         auto const& msgs = state_->messages;
         os << lead << msgs.back() << '\n';
         if (level < 1) return;
-        for (auto it = msgs.rbegin() + 1; it != msgs.rend(); ++it) os << lead << '+' << *it << '\n';
-        os << lead << '+' << code().category().name() << ' ' << code().value() << ": " << code().message()
-           << '\n';
+        for (auto it = msgs.rbegin() + 1; it != msgs.rend(); ++it)
+            os << lead << '+' << *it << '\n';
+        os << lead << '+' << code().category().name() << ' ' << code().value() << ": " << code().message() << '\n';
         if (level < 2) return;
         dump_attributes(os, lead + "  ");
     }
@@ -179,6 +178,7 @@ private:
 class argument_error : public error {
 public:
     /// @param message what was wrong, quoting the input
+    /// @param code    the error condition, `std::errc::invalid_argument` unless another fits better
     explicit argument_error(std::string message, std::errc code = std::errc::invalid_argument)
         : error(std::make_error_code(code), std::move(message)) {}
 };
@@ -194,10 +194,11 @@ public:
     /// @param wr_id      the refused request's `wr_id`
     /// @param opcode     the refused request's opcode (`ibv_wr_opcode`), or -1 for a receive
     /// @param qp_num     the QP number it was posted to
-    wr_error(int err, std::string const& verb, std::size_t bad_index, std::uint64_t wr_id, int opcode, std::uint32_t qp_num)
-        : error(std::error_code{err, std::system_category()},
-                verb + " refused work request " + std::to_string(bad_index) + " of its chain on QP " +
-                    std::to_string(qp_num)),
+    wr_error(int err, std::string const& verb, std::size_t bad_index, std::uint64_t wr_id, int opcode,
+             std::uint32_t qp_num)
+        : error(std::error_code{err, std::system_category()}, verb + " refused work request " +
+                                                                  std::to_string(bad_index) + " of its chain on QP " +
+                                                                  std::to_string(qp_num)),
           bad_index_(bad_index), wr_id_(wr_id), opcode_(opcode), qp_num_(qp_num) {}
 
     /// Position of the refused request in the chain (0-based).

@@ -98,7 +98,8 @@ public:
 private:
     [[nodiscard]] constexpr std::uint64_t load64(std::size_t at) const noexcept {
         std::uint64_t v = 0;
-        for (std::size_t i = 0; i < 8; ++i) v = (v << 8) | bytes_[at + i];
+        for (std::size_t i = 0; i < 8; ++i)
+            v = (v << 8) | bytes_[at + i];
         return v;
     }
 
@@ -171,8 +172,7 @@ private:
         if (digits.empty()) return "an empty group of hex digits";
         if (digits.size() > max_digits) return "too many hex digits";
         for (char c : digits)
-            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
-                return "not a hex digit";
+            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return "not a hex digit";
         auto const [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out, 16);
         if (ec != std::errc{} || ptr != digits.data() + digits.size()) return "not a hex number";
         return nullptr;

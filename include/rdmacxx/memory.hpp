@@ -21,9 +21,8 @@ inline namespace v0 {
 namespace detail {
 [[noreturn]] RDMACXX_COLD inline void throw_out_of_span(char const* kind, std::size_t offset, std::size_t count,
                                                         std::size_t size) {
-    throw_argument(std::string{kind} + ": elements [" + std::to_string(offset) + ", " +
-                   std::to_string(offset) + " + " + std::to_string(count) + ") are outside a span of " +
-                   std::to_string(size) + " elements");
+    throw_argument(std::string{kind} + ": elements [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
+                   std::to_string(count) + ") are outside a span of " + std::to_string(size) + " elements");
 }
 
 inline constexpr std::size_t max_message_bytes = std::numeric_limits<std::uint32_t>::max();
@@ -46,7 +45,7 @@ public:
     /// A `local_span<T>` converts to a `local_span<T const>`.
     template <class U>
         requires(std::is_same_v<T, U const>)
-    constexpr local_span(local_span<U> other) noexcept  // NOLINT(google-explicit-constructor)
+    constexpr local_span(local_span<U> other) noexcept // NOLINT(google-explicit-constructor)
         : data_(other.data()), size_(other.size()), lkey_(other.lkey()) {}
 
     /// First element.
@@ -68,25 +67,30 @@ public:
 
     /// The first `count` elements. @throws argument_error when count > size().
     [[nodiscard]] constexpr local_span first(std::size_t count) const {
-        if (count > size_) [[unlikely]] detail::throw_out_of_span("local_span::first", 0, count, size_);
+        if (count > size_) [[unlikely]]
+            detail::throw_out_of_span("local_span::first", 0, count, size_);
         return {data_, count, lkey_};
     }
     /// The last `count` elements. @throws argument_error when count > size().
     [[nodiscard]] constexpr local_span last(std::size_t count) const {
-        if (count > size_) [[unlikely]] detail::throw_out_of_span("local_span::last", size_ - count, count, size_);
+        if (count > size_) [[unlikely]]
+            detail::throw_out_of_span("local_span::last", size_ - count, count, size_);
         return {data_ + (size_ - count), count, lkey_};
     }
     /// `count` elements from `offset` (to the end when count is npos).
     /// @throws argument_error when the range leaves the span.
     [[nodiscard]] constexpr local_span subspan(std::size_t offset, std::size_t count = npos) const {
-        if (offset > size_) [[unlikely]] detail::throw_out_of_span("local_span::subspan", offset, 0, size_);
+        if (offset > size_) [[unlikely]]
+            detail::throw_out_of_span("local_span::subspan", offset, 0, size_);
         if (count == npos) count = size_ - offset;
-        if (count > size_ - offset) [[unlikely]] detail::throw_out_of_span("local_span::subspan", offset, count, size_);
+        if (count > size_ - offset) [[unlikely]]
+            detail::throw_out_of_span("local_span::subspan", offset, count, size_);
         return {data_ + offset, count, lkey_};
     }
 
     /// The same memory viewed as bytes.
-    [[nodiscard]] local_span<std::conditional_t<std::is_const_v<T>, std::byte const, std::byte>> as_bytes() const noexcept {
+    [[nodiscard]] local_span<std::conditional_t<std::is_const_v<T>, std::byte const, std::byte>>
+    as_bytes() const noexcept {
         using B = std::conditional_t<std::is_const_v<T>, std::byte const, std::byte>;
         return local_span<B>{reinterpret_cast<B*>(data_), size_bytes(), lkey_};
     }
@@ -94,7 +98,8 @@ public:
     /// A span over memory the caller registered by other means (an `ibv_mr` of its own, or a
     /// region of another library), with that registration's lkey. Nothing is checked: the caller
     /// vouches that [data, data + count) lies in the region of `lkey` and is at most 2^32 - 1 bytes.
-    [[nodiscard]] static constexpr local_span assume_registered(T* data, std::size_t count, std::uint32_t lkey) noexcept {
+    [[nodiscard]] static constexpr local_span assume_registered(T* data, std::size_t count,
+                                                                std::uint32_t lkey) noexcept {
         return {data, count, lkey};
     }
 
@@ -110,7 +115,8 @@ private:
     template <class>
     friend class local_span;
     friend class memory_region;
-    constexpr local_span(T* data, std::size_t size, std::uint32_t lkey) noexcept : data_(data), size_(size), lkey_(lkey) {}
+    constexpr local_span(T* data, std::size_t size, std::uint32_t lkey) noexcept
+        : data_(data), size_(size), lkey_(lkey) {}
 
     T* data_ = nullptr;
     std::size_t size_ = 0;
@@ -145,20 +151,24 @@ public:
 
     /// The first `count` elements. @throws argument_error when count > size().
     [[nodiscard]] constexpr remote_span first(std::size_t count) const {
-        if (count > size_) [[unlikely]] detail::throw_out_of_span("remote_span::first", 0, count, size_);
+        if (count > size_) [[unlikely]]
+            detail::throw_out_of_span("remote_span::first", 0, count, size_);
         return {address_, count, rkey_};
     }
     /// The last `count` elements. @throws argument_error when count > size().
     [[nodiscard]] constexpr remote_span last(std::size_t count) const {
-        if (count > size_) [[unlikely]] detail::throw_out_of_span("remote_span::last", size_ - count, count, size_);
+        if (count > size_) [[unlikely]]
+            detail::throw_out_of_span("remote_span::last", size_ - count, count, size_);
         return {address_ + (size_ - count) * sizeof(T), count, rkey_};
     }
     /// `count` elements from `offset` (to the end when count is npos).
     /// @throws argument_error when the range leaves the span.
     [[nodiscard]] constexpr remote_span subspan(std::size_t offset, std::size_t count = npos) const {
-        if (offset > size_) [[unlikely]] detail::throw_out_of_span("remote_span::subspan", offset, 0, size_);
+        if (offset > size_) [[unlikely]]
+            detail::throw_out_of_span("remote_span::subspan", offset, 0, size_);
         if (count == npos) count = size_ - offset;
-        if (count > size_ - offset) [[unlikely]] detail::throw_out_of_span("remote_span::subspan", offset, count, size_);
+        if (count > size_ - offset) [[unlikely]]
+            detail::throw_out_of_span("remote_span::subspan", offset, count, size_);
         return {address_ + offset * sizeof(T), count, rkey_};
     }
 

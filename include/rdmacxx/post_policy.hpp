@@ -48,7 +48,8 @@ constexpr std::uint64_t send_ops_for() noexcept {
     std::uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
     if constexpr (Transport::allows_write) ops |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
     if constexpr (Transport::allows_read) ops |= IBV_QP_EX_WITH_RDMA_READ;
-    if constexpr (Transport::allows_atomic) ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    if constexpr (Transport::allows_atomic)
+        ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
     return ops;
 }
 
@@ -58,12 +59,16 @@ void write_extended(ibv_qp_ex* qpx, W const& w) noexcept {
     qpx->wr_id = w.wr_id();
     qpx->wr_flags = w.flags();
     constexpr ibv_wr_opcode op = W::opcode;
-    if constexpr (op == IBV_WR_SEND) ::ibv_wr_send(qpx);
-    else if constexpr (op == IBV_WR_SEND_WITH_IMM) ::ibv_wr_send_imm(qpx, htonl(w.imm()));
-    else if constexpr (op == IBV_WR_RDMA_WRITE) ::ibv_wr_rdma_write(qpx, w.rkey(), w.remote_address());
+    if constexpr (op == IBV_WR_SEND)
+        ::ibv_wr_send(qpx);
+    else if constexpr (op == IBV_WR_SEND_WITH_IMM)
+        ::ibv_wr_send_imm(qpx, htonl(w.imm()));
+    else if constexpr (op == IBV_WR_RDMA_WRITE)
+        ::ibv_wr_rdma_write(qpx, w.rkey(), w.remote_address());
     else if constexpr (op == IBV_WR_RDMA_WRITE_WITH_IMM)
         ::ibv_wr_rdma_write_imm(qpx, w.rkey(), w.remote_address(), htonl(w.imm()));
-    else if constexpr (op == IBV_WR_RDMA_READ) ::ibv_wr_rdma_read(qpx, w.rkey(), w.remote_address());
+    else if constexpr (op == IBV_WR_RDMA_READ)
+        ::ibv_wr_rdma_read(qpx, w.rkey(), w.remote_address());
     else if constexpr (op == IBV_WR_ATOMIC_CMP_AND_SWP)
         ::ibv_wr_atomic_cmp_swp(qpx, w.rkey(), w.remote_address(), w.compare(), w.swap());
     else if constexpr (op == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -71,7 +76,7 @@ void write_extended(ibv_qp_ex* qpx, W const& w) noexcept {
     if constexpr (Transport::qp_type == IBV_QPT_UD)
         ::ibv_wr_set_ud_addr(qpx, w.destination().ah, w.destination().remote_qpn, w.destination().remote_qkey);
     auto const sges = w.sges();
-    if constexpr (W::sge_count == 1) {  // the single-entry calls: cheaper, and right on every provider
+    if constexpr (W::sge_count == 1) { // the single-entry calls: cheaper, and right on every provider
         if ((w.flags() & IBV_SEND_INLINE) != 0)
             ::ibv_wr_set_inline_data(qpx, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sges[0].addr)),
                                      sges[0].length);

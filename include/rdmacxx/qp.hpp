@@ -21,8 +21,8 @@
 #include <memory>
 #include <random>
 #include <span>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -42,10 +42,10 @@ struct qp_capabilities {
 /// What a peer needs to connect to a QP: LID, QP number, starting PSN and GID. A plain value
 /// to exchange out of band (TCP, a file, the CM).
 struct endpoint {
-    std::uint16_t lid = 0;  ///< the port's LID (0 on RoCE)
-    std::uint32_t qpn = 0;  ///< the QP number (24 bits)
-    std::uint32_t psn = 0;  ///< the first packet sequence number it sends (24 bits)
-    rdmacxx::gid gid;       ///< the port GID it sends from
+    std::uint16_t lid = 0; ///< the port's LID (0 on RoCE)
+    std::uint32_t qpn = 0; ///< the QP number (24 bits)
+    std::uint32_t psn = 0; ///< the first packet sequence number it sends (24 bits)
+    rdmacxx::gid gid;      ///< the port GID it sends from
     friend bool operator==(endpoint const&, endpoint const&) = default;
 };
 
@@ -54,17 +54,17 @@ struct endpoint {
 struct connect_options {
     access remote_access = access::local_write | access::remote_write | access::remote_read |
                            access::remote_atomic; ///< what the peer may do to this QP (RC, UC)
-    ibv_mtu path_mtu = ibv_mtu{};     ///< 0: the port's active MTU
-    std::uint16_t pkey_index = 0;     ///< P_Key table index
-    std::uint8_t service_level = 0;   ///< SL
-    std::uint8_t hop_limit = 64;      ///< GRH hop limit
-    std::uint8_t timeout = 14;        ///< RC ACK timeout, 4.096 µs × 2^timeout
-    std::uint8_t retry_count = 7;     ///< RC transport retries
-    std::uint8_t rnr_retry = 7;       ///< RC RNR retries (7 = forever)
-    std::uint8_t min_rnr_timer = 12;  ///< RC RNR NAK timer code (12 = 0.64 ms)
-    std::uint8_t max_rd_atomic = 1;   ///< RC outstanding READ/atomic as initiator
-    std::uint8_t max_dest_rd_atomic = 1; ///< RC outstanding READ/atomic as target
-    std::uint32_t qkey = 0x11111111;  ///< UD Q_Key
+    ibv_mtu path_mtu = ibv_mtu{};                 ///< 0: the port's active MTU
+    std::uint16_t pkey_index = 0;                 ///< P_Key table index
+    std::uint8_t service_level = 0;               ///< SL
+    std::uint8_t hop_limit = 64;                  ///< GRH hop limit
+    std::uint8_t timeout = 14;                    ///< RC ACK timeout, 4.096 µs × 2^timeout
+    std::uint8_t retry_count = 7;                 ///< RC transport retries
+    std::uint8_t rnr_retry = 7;                   ///< RC RNR retries (7 = forever)
+    std::uint8_t min_rnr_timer = 12;              ///< RC RNR NAK timer code (12 = 0.64 ms)
+    std::uint8_t max_rd_atomic = 1;               ///< RC outstanding READ/atomic as initiator
+    std::uint8_t max_dest_rd_atomic = 1;          ///< RC outstanding READ/atomic as target
+    std::uint32_t qkey = 0x11111111;              ///< UD Q_Key
 };
 
 /// Tag of the `queue_pair` constructor that adopts a QP created elsewhere (by the RDMA CM).
@@ -122,14 +122,22 @@ inline std::string qp_mask_names(int mask) {
 /// "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR".
 constexpr char const* qp_state_name(ibv_qp_state s) noexcept {
     switch (s) {
-    case IBV_QPS_RESET: return "RESET";
-    case IBV_QPS_INIT: return "INIT";
-    case IBV_QPS_RTR: return "RTR";
-    case IBV_QPS_RTS: return "RTS";
-    case IBV_QPS_SQD: return "SQD";
-    case IBV_QPS_SQE: return "SQE";
-    case IBV_QPS_ERR: return "ERR";
-    case IBV_QPS_UNKNOWN: break;
+    case IBV_QPS_RESET:
+        return "RESET";
+    case IBV_QPS_INIT:
+        return "INIT";
+    case IBV_QPS_RTR:
+        return "RTR";
+    case IBV_QPS_RTS:
+        return "RTS";
+    case IBV_QPS_SQD:
+        return "SQD";
+    case IBV_QPS_SQE:
+        return "SQE";
+    case IBV_QPS_ERR:
+        return "ERR";
+    case IBV_QPS_UNKNOWN:
+        break;
     }
     return "UNKNOWN";
 }
@@ -207,8 +215,10 @@ private:
         init.cap.max_inline_data = caps.max_inline_data;
         init.qp_type = Transport::qp_type;
         init.sq_sig_all = 0;
-        if constexpr (Post::extended) create_extended(pd, init);
-        else qp_.reset(::ibv_create_qp(pd.native_handle(), &init));
+        if constexpr (Post::extended)
+            create_extended(pd, init);
+        else
+            qp_.reset(::ibv_create_qp(pd.native_handle(), &init));
         if (!qp_) [[unlikely]]
             detail::throw_errno("ibv_create_qp", std::string{"for a "} + Transport::name + " QP with max_send_wr " +
                                                      std::to_string(caps.max_send_wr) + ", max_recv_wr " +
@@ -233,14 +243,16 @@ private:
         ex.send_ops_flags = detail::send_ops_for<Transport>();
         qp_.reset(::ibv_create_qp_ex(pd.context().native_handle(), &ex));
         if (!qp_) [[unlikely]]
-            detail::throw_errno("ibv_create_qp_ex", std::string{"for a "} + Transport::name + " QP with the extended post "
-                                                     "API (ibv_wr_*) on " + std::string{pd.context().name()} +
-                                                     ": the device may not support it; use legacy_post");
+            detail::throw_errno("ibv_create_qp_ex", std::string{"for a "} + Transport::name +
+                                                        " QP with the extended post "
+                                                        "API (ibv_wr_*) on " +
+                                                        std::string{pd.context().name()} +
+                                                        ": the device may not support it; use legacy_post");
         init.cap = ex.cap;
         qpx_ = ::ibv_qp_to_qp_ex(qp_.get());
         if (qpx_ == nullptr) [[unlikely]]
-            detail::throw_sys(EOPNOTSUPP, "ibv_qp_to_qp_ex", "on " + std::string{pd.context().name()} +
-                                                               ": the device has no extended post API");
+            detail::throw_sys(EOPNOTSUPP, "ibv_qp_to_qp_ex",
+                              "on " + std::string{pd.context().name()} + ": the device has no extended post API");
     }
 
     template <class... Wrs>
@@ -286,8 +298,10 @@ public:
         attr.qp_state = IBV_QPS_INIT;
         attr.pkey_index = opt.pkey_index;
         attr.port_num = port.port_num();
-        if constexpr (Transport::qp_type == IBV_QPT_UD) attr.qkey = opt.qkey;
-        else attr.qp_access_flags = static_cast<unsigned>(to_native(opt.remote_access));
+        if constexpr (Transport::qp_type == IBV_QPT_UD)
+            attr.qkey = opt.qkey;
+        else
+            attr.qp_access_flags = static_cast<unsigned>(to_native(opt.remote_access));
         modify(attr, Transport::init_mask, IBV_QPS_RESET);
     }
 
@@ -295,9 +309,8 @@ public:
     /// GRH from `port`'s GID whenever the remote GID is set, as RoCE needs).
     /// @throws argument_error when the path MTU exceeds the port's active MTU;
     ///         sys_error naming the transition and mask when ibv_modify_qp(3) fails.
-    void to_rtr(end_port const& port, endpoint const& remote, connect_options const& opt = {})
-        requires(Transport::connected)
-    {
+    void to_rtr(end_port const& port, endpoint const& remote,
+                connect_options const& opt = {}) requires(Transport::connected) {
         ibv_mtu const mtu = opt.path_mtu == ibv_mtu{} ? port.attributes().active_mtu() : opt.path_mtu;
         if (mtu_bytes(mtu) > mtu_bytes(port.attributes().active_mtu())) [[unlikely]]
             detail::throw_argument("path MTU " + std::to_string(mtu_bytes(mtu)) + " exceeds the active MTU " +
@@ -313,7 +326,7 @@ public:
         attr.ah_attr = address_vector(port, remote.lid, remote.gid, opt);
         try {
             modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
-        } catch (error& e) {  // a route error names the GID chosen on this side and the remote one
+        } catch (error& e) { // a route error names the GID chosen on this side and the remote one
             e.push_context("Failed routing QP " + std::to_string(qp_num()) + " from " + port.describe() + " to GID " +
                            remote.gid.to_string());
             throw;
@@ -324,9 +337,7 @@ public:
     /// INIT → RTR for UD, which has no remote: records the port's active MTU as the largest
     /// message a send may carry.
     /// @throws sys_error naming the transition when ibv_modify_qp(3) fails.
-    void to_rtr(end_port const& port)
-        requires(!Transport::connected)
-    {
+    void to_rtr(end_port const& port) requires(!Transport::connected) {
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RTR;
         modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
@@ -348,9 +359,8 @@ public:
 
     /// RESET → INIT → RTR → RTS towards `remote` through `port` (RC, UC).
     /// @throws as the three steps, with the step in the context messages.
-    void connect(end_port const& port, endpoint const& remote, connect_options const& opt = {})
-        requires(Transport::connected)
-    {
+    void connect(end_port const& port, endpoint const& remote,
+                 connect_options const& opt = {}) requires(Transport::connected) {
         to_init(port, opt);
         to_rtr(port, remote, opt);
         to_rts(opt);
@@ -358,9 +368,7 @@ public:
 
     /// RESET → INIT → RTR → RTS on `port` (UD): ready to send to any address handle and receive.
     /// @throws as the three steps.
-    void activate(end_port const& port, connect_options const& opt = {})
-        requires(!Transport::connected)
-    {
+    void activate(end_port const& port, connect_options const& opt = {}) requires(!Transport::connected) {
         to_init(port, opt);
         to_rtr(port);
         to_rts(opt);
@@ -397,7 +405,7 @@ public:
             return;
         }
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
-        std::array<ibv_sge, sge_total<Wrs...>> sges;  // filled by link
+        std::array<ibv_sge, sge_total<Wrs...>> sges; // filled by link
         link(chain, sges, wrs...);
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
@@ -414,11 +422,13 @@ public:
         requires postable_on<W, Transport>
     void post(std::span<W const> wrs) {
         if constexpr (Post::extended) {
-            for (std::size_t i = 0; i < wrs.size(); ++i) check_one(wrs[i], i);
+            for (std::size_t i = 0; i < wrs.size(); ++i)
+                check_one(wrs[i], i);
             for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
                 std::size_t const n = std::min(max_chain, wrs.size() - base);
                 ::ibv_wr_start(qpx_);
-                for (std::size_t i = 0; i < n; ++i) detail::write_extended<Transport>(qpx_, wrs[base + i]);
+                for (std::size_t i = 0; i < n; ++i)
+                    detail::write_extended<Transport>(qpx_, wrs[base + i]);
                 if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]]
                     detail::throw_post(rc, "ibv_wr_complete", base, wrs[base].wr_id(), W::opcode, qp_num());
             }
@@ -436,7 +446,8 @@ public:
             ibv_send_wr* bad = nullptr;
             if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
                 std::size_t i = 0;
-                while (i < n && &chain[i] != bad) ++i;
+                while (i < n && &chain[i] != bad)
+                    ++i;
                 if (i == n) i = 0;
                 detail::throw_post(rc, "ibv_post_send", base + i, chain[i].wr_id, chain[i].opcode, qp_num());
             }
@@ -464,7 +475,8 @@ public:
     /// refused before posting (nothing posted), or ibv_post_send(3)'s errno and bad index.
     template <class... Wrs>
         requires(sizeof...(Wrs) > 0 && (postable_on<Wrs, Transport> && ...))
-    RDMACXX_HOT post_result try_post(Wrs const&... wrs) noexcept {
+    RDMACXX_HOT post_result try_post(Wrs const&... wrs)
+    noexcept {
         if (std::size_t bad_check = first_refused(wrs...); bad_check != npos) [[unlikely]]
             return {EINVAL, bad_check};
         if constexpr (Post::extended) {
@@ -473,7 +485,7 @@ public:
             return {};
         }
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
-        std::array<ibv_sge, sge_total<Wrs...>> sges;  // filled by link
+        std::array<ibv_sge, sge_total<Wrs...>> sges; // filled by link
         link(chain, sges, wrs...);
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
@@ -486,8 +498,8 @@ public:
     template <recv_work_request... Wrs>
         requires(sizeof...(Wrs) > 0)
     RDMACXX_HOT void post_recv(Wrs const&... wrs) {
-        std::array<ibv_recv_wr, sizeof...(Wrs)> chain;  // link_recv sets every field: no zeroing
-        std::array<ibv_sge, sge_total<Wrs...>> sges;      // filled by link_recv
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // link_recv sets every field: no zeroing
+        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
         link_recv(chain, sges, wrs...);
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
@@ -499,9 +511,10 @@ public:
     /// As `post_recv`, reporting refusal instead of throwing.
     template <recv_work_request... Wrs>
         requires(sizeof...(Wrs) > 0)
-    RDMACXX_HOT post_result try_post_recv(Wrs const&... wrs) noexcept {
-        std::array<ibv_recv_wr, sizeof...(Wrs)> chain;  // link_recv sets every field: no zeroing
-        std::array<ibv_sge, sge_total<Wrs...>> sges;      // filled by link_recv
+    RDMACXX_HOT post_result try_post_recv(Wrs const&... wrs)
+    noexcept {
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // link_recv sets every field: no zeroing
+        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
         link_recv(chain, sges, wrs...);
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
@@ -518,9 +531,13 @@ private:
     static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
     template <class W, class... Rest>
-    static std::uint64_t first_wr_id(W const& w, Rest const&...) noexcept { return w.wr_id(); }
+    static std::uint64_t first_wr_id(W const& w, Rest const&...) noexcept {
+        return w.wr_id();
+    }
     template <class W, class...>
-    static constexpr int first_opcode() noexcept { return W::opcode; }
+    static constexpr int first_opcode() noexcept {
+        return W::opcode;
+    }
 
     static ibv_ah_attr address_vector(end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
                                       connect_options const& opt) noexcept {
@@ -539,11 +556,12 @@ private:
 
     void modify(ibv_qp_attr& attr, int mask, ibv_qp_state from) {
         if (int rc = ::ibv_modify_qp(qp_.get(), &attr, mask); rc != 0) [[unlikely]]
-            detail::throw_sys(rc, "ibv_modify_qp",
-                              std::string{"moving "} + Transport::name + " QP " + std::to_string(qp_num()) +
-                                  (from == IBV_QPS_UNKNOWN ? std::string{} : std::string{" from "} + detail::qp_state_name(from)) +
-                                  " to " + detail::qp_state_name(attr.qp_state) + " with attribute mask " +
-                                  detail::qp_mask_names(mask));
+            detail::throw_sys(
+                rc, "ibv_modify_qp",
+                std::string{"moving "} + Transport::name + " QP " + std::to_string(qp_num()) +
+                    (from == IBV_QPS_UNKNOWN ? std::string{} : std::string{" from "} + detail::qp_state_name(from)) +
+                    " to " + detail::qp_state_name(attr.qp_state) + " with attribute mask " +
+                    detail::qp_mask_names(mask));
     }
 
     // Why request `w` cannot be posted, or nullptr; `limit` receives the limit it broke.
@@ -595,9 +613,10 @@ private:
     template <class... Wrs>
     static constexpr std::size_t sge_total = (std::size_t{0} + ... + Wrs::sge_count);
     template <std::size_t S, std::size_t K>
-    RDMACXX_HOT static ibv_sge* copy_sges(std::array<ibv_sge, S>& sges, std::size_t& at, std::span<ibv_sge const, K> from) noexcept {
+    RDMACXX_HOT static ibv_sge* copy_sges(std::array<ibv_sge, S>& sges, std::size_t& at,
+                                          std::span<ibv_sge const, K> from) noexcept {
         ibv_sge* const first = sges.data() + at;
-        for (std::size_t k = 0; k < K; ++k) {  // field by field: GCC then stores each from its register
+        for (std::size_t k = 0; k < K; ++k) { // field by field: GCC then stores each from its register
             first[k].addr = from[k].addr;
             first[k].length = from[k].length;
             first[k].lkey = from[k].lkey;
@@ -606,22 +625,26 @@ private:
         return first;
     }
     template <std::size_t N, std::size_t S, class... Wrs>
-    RDMACXX_HOT static void link(std::array<ibv_send_wr, N>& chain, std::array<ibv_sge, S>& sges, Wrs const&... wrs) noexcept {
+    RDMACXX_HOT static void link(std::array<ibv_send_wr, N>& chain, std::array<ibv_sge, S>& sges,
+                                 Wrs const&... wrs) noexcept {
         [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
             std::size_t at = 0;
             ((wrs.template build<Transport>(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
               chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
              ...);
-        }(std::make_index_sequence<N>{});
+        }
+        (std::make_index_sequence<N>{});
     }
     template <std::size_t N, std::size_t S, class... Wrs>
-    RDMACXX_HOT static void link_recv(std::array<ibv_recv_wr, N>& chain, std::array<ibv_sge, S>& sges, Wrs const&... wrs) noexcept {
+    RDMACXX_HOT static void link_recv(std::array<ibv_recv_wr, N>& chain, std::array<ibv_sge, S>& sges,
+                                      Wrs const&... wrs) noexcept {
         [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
             std::size_t at = 0;
             ((wrs.build(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
               chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
              ...);
-        }(std::make_index_sequence<N>{});
+        }
+        (std::make_index_sequence<N>{});
     }
     template <class Wr, std::size_t N>
     static std::size_t index_of(std::array<Wr, N> const& chain, Wr const* bad) noexcept {
@@ -671,7 +694,8 @@ public:
     /// @throws as `queue_pair::post`, and wc_error when a retired batch failed.
     template <class W>
     void post(W wr, bool last = false) {
-        while (outstanding_ + 1 > depth_) retire_one();
+        while (outstanding_ + 1 > depth_)
+            retire_one();
         bool const signal = last || since_signal_ + 1 == every_;
         wr.signaled(signal);
         qp_->post(wr);
@@ -692,7 +716,8 @@ public:
         if (since_signal_ != 0) [[unlikely]]
             detail::throw_argument(std::to_string(since_signal_) +
                                    " unsignaled requests trail the stream: post the last one with last = true");
-        while (outstanding_ != 0) retire_one();
+        while (outstanding_ != 0)
+            retire_one();
     }
 
     /// Requests posted so far.
@@ -713,7 +738,7 @@ private:
     completion_queue<completion_type>* cq_;
     std::uint32_t every_;
     std::uint32_t depth_;
-    std::vector<std::uint32_t> batches_;  // sizes of the signaled batches in flight, a ring
+    std::vector<std::uint32_t> batches_; // sizes of the signaled batches in flight, a ring
     std::size_t head_ = 0, tail_ = 0;
     std::uint32_t since_signal_ = 0;
     std::uint32_t outstanding_ = 0;

@@ -31,8 +31,8 @@ public:
         init.attr.max_sge = max_sge;
         srq_.reset(::ibv_create_srq(pd.native_handle(), &init));
         if (!srq_) [[unlikely]]
-            detail::throw_errno("ibv_create_srq", "with max_wr " + std::to_string(max_wr) + ", max_sge " +
-                                                      std::to_string(max_sge));
+            detail::throw_errno("ibv_create_srq",
+                                "with max_wr " + std::to_string(max_wr) + ", max_sge " + std::to_string(max_sge));
         max_wr_ = init.attr.max_wr;
     }
 
@@ -50,7 +50,8 @@ public:
     /// @throws sys_error when ibv_query_srq(3) fails.
     [[nodiscard]] std::uint32_t limit() const {
         ibv_srq_attr attr{};
-        if (int rc = ::ibv_query_srq(srq_.get(), &attr); rc != 0) [[unlikely]] detail::throw_sys(rc, "ibv_query_srq");
+        if (int rc = ::ibv_query_srq(srq_.get(), &attr); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_query_srq");
         return attr.srq_limit;
     }
 
@@ -68,7 +69,8 @@ public:
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_srq_recv(srq_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
             std::size_t k = 0;
-            while (k < chain.size() && &chain[k] != bad) ++k;
+            while (k < chain.size() && &chain[k] != bad)
+                ++k;
             if (k == chain.size()) k = 0;
             throw wr_error(rc, "ibv_post_srq_recv", k, chain[k].wr_id, -1, 0);
         }

@@ -40,17 +40,22 @@ template <class... T>
 namespace detail {
 
 template <std::size_t N>
-[[nodiscard]] inline sg_list<N> const& as_sg_list(sg_list<N> const& l) noexcept { return l; }
+[[nodiscard]] inline sg_list<N> const& as_sg_list(sg_list<N> const& l) noexcept {
+    return l;
+}
 template <class T>
-[[nodiscard]] inline sg_list<1> as_sg_list(local_span<T> s) noexcept { return {{s.sge()}, s.size_bytes()}; }
+[[nodiscard]] inline sg_list<1> as_sg_list(local_span<T> s) noexcept {
+    return {{s.sge()}, s.size_bytes()};
+}
 
 [[noreturn]] RDMACXX_COLD inline void throw_remote_too_small(char const* what, std::uint64_t local_bytes,
-                                                              std::size_t remote_bytes) {
+                                                             std::size_t remote_bytes) {
     throw_argument(std::string{what} + " of " + std::to_string(local_bytes) + " bytes does not fit a remote span of " +
                    std::to_string(remote_bytes) + " bytes");
 }
 
-[[noreturn]] RDMACXX_COLD inline void throw_atomic_target(std::uint64_t address, std::size_t local, std::size_t remote) {
+[[noreturn]] RDMACXX_COLD inline void throw_atomic_target(std::uint64_t address, std::size_t local,
+                                                          std::size_t remote) {
     if (local == 0 || remote == 0)
         throw_argument("an atomic operation needs one 8-byte element on each side (local " + std::to_string(local) +
                        ", remote " + std::to_string(remote) + ")");
@@ -68,7 +73,10 @@ public:
     static constexpr bool is_send_wr = true;
 
     /// Sets the `wr_id` its completion will carry.
-    constexpr Derived& id(std::uint64_t wr_id) noexcept { wr_id_ = wr_id; return self(); }
+    constexpr Derived& id(std::uint64_t wr_id) noexcept {
+        wr_id_ = wr_id;
+        return self();
+    }
     /// Asks for a completion (the default) or not (IBV_SEND_SIGNALED).
     constexpr Derived& signaled(bool on = true) noexcept { return flag(IBV_SEND_SIGNALED, on); }
     /// Asks for no completion on success; a failure still completes.
@@ -96,7 +104,7 @@ protected:
     /// Fills the fields every send-queue request has.
     void fill_common(ibv_send_wr& wr, ibv_wr_opcode opcode) const noexcept {
         wr.wr_id = wr_id_;
-        wr.sg_list = const_cast<ibv_sge*>(sg_.entries.data());  // the provider only reads it
+        wr.sg_list = const_cast<ibv_sge*>(sg_.entries.data()); // the provider only reads it
         wr.num_sge = static_cast<int>(Sges);
         wr.opcode = opcode;
         wr.send_flags = flags_;
@@ -130,8 +138,10 @@ public:
     /// `ibv_ah* native_handle()` (an `address_handle`) or a raw `ibv_ah*`.
     template <class AddressHandle>
     constexpr Derived& to(AddressHandle const& ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey) noexcept {
-        if constexpr (std::is_convertible_v<AddressHandle, ibv_ah*>) dest_.ah = ah;
-        else dest_.ah = ah.native_handle();
+        if constexpr (std::is_convertible_v<AddressHandle, ibv_ah*>)
+            dest_.ah = ah;
+        else
+            dest_.ah = ah.native_handle();
         dest_.remote_qpn = remote_qpn;
         dest_.remote_qkey = remote_qkey;
         return static_cast<Derived&>(*this);
@@ -223,7 +233,8 @@ protected:
     template <class U>
     one_sided_base(sg_list<Sges> const& local, remote_span<U> remote, char const* what)
         : send_wr_base<Derived, Sges>(local), remote_addr_(remote.address()), rkey_(remote.rkey()) {
-        if (local.bytes > remote.size_bytes()) [[unlikely]] throw_remote_too_small(what, local.bytes, remote.size_bytes());
+        if (local.bytes > remote.size_bytes()) [[unlikely]]
+            throw_remote_too_small(what, local.bytes, remote.size_bytes());
     }
     void fill_rdma(ibv_send_wr& wr) const noexcept {
         wr.wr.rdma.remote_addr = remote_addr_;
@@ -338,7 +349,8 @@ public:
 
 protected:
     atomic_base(local_span<std::uint64_t> result, remote_span<std::uint64_t> target)
-        : send_wr_base<Derived, 1>(sg_list<1>{{ibv_sge{reinterpret_cast<std::uintptr_t>(result.data()), 8, result.lkey()}}, 8}),
+        : send_wr_base<Derived, 1>(
+              sg_list<1>{{ibv_sge{reinterpret_cast<std::uintptr_t>(result.data()), 8, result.lkey()}}, 8}),
           remote_addr_(target.address()), rkey_(target.rkey()) {
         // The entry is always 8 bytes (an empty result throws here, before it is used); the three
         // conditions are tested with one branch.
@@ -418,14 +430,17 @@ public:
     /// A receive scattered into several spans.
     constexpr explicit recv(sg_list<Sges> const& buffer) noexcept : sg_(buffer) {}
     /// Sets the `wr_id` its completion will carry.
-    constexpr recv& id(std::uint64_t wr_id) noexcept { wr_id_ = wr_id; return *this; }
+    constexpr recv& id(std::uint64_t wr_id) noexcept {
+        wr_id_ = wr_id;
+        return *this;
+    }
     [[nodiscard]] constexpr std::uint64_t wr_id() const noexcept { return wr_id_; }
     [[nodiscard]] constexpr std::span<ibv_sge const, Sges> sges() const noexcept { return sg_.entries; }
     [[nodiscard]] constexpr std::uint64_t bytes() const noexcept { return sg_.bytes; }
     /// Fills `wr` (zero-initialised by the caller).
     void build(ibv_recv_wr& wr) const noexcept {
         wr.wr_id = wr_id_;
-        wr.sg_list = const_cast<ibv_sge*>(sg_.entries.data());  // the provider only reads it
+        wr.sg_list = const_cast<ibv_sge*>(sg_.entries.data()); // the provider only reads it
         wr.num_sge = static_cast<int>(Sges);
     }
 
@@ -447,15 +462,23 @@ concept send_work_request = W::is_send_wr && requires(W const& w, ibv_send_wr& r
 
 /// A receive work request type.
 template <class W>
-concept recv_work_request = (!W::is_send_wr) && requires(W const& w, ibv_recv_wr& raw) { w.build(raw); };
+concept recv_work_request = (!W::is_send_wr) && requires(W const& w, ibv_recv_wr& raw) {
+    w.build(raw);
+};
 
 namespace detail {
 template <class W>
-concept needs_write_ = requires { requires W::needs_write; };
+concept needs_write_ = requires {
+    requires W::needs_write;
+};
 template <class W>
-concept needs_read_ = requires { requires W::needs_read; };
+concept needs_read_ = requires {
+    requires W::needs_read;
+};
 template <class W>
-concept needs_atomic_ = requires { requires W::needs_atomic; };
+concept needs_atomic_ = requires {
+    requires W::needs_atomic;
+};
 } // namespace detail
 
 /// True when transport `Transport` can carry work request `W`: RC everything; UC sends and

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
         b.connect(port, a.local_endpoint(port));
         b.post_recv(rx::recv{dst_mr.span<char>()}.id(2));
         a.post(rx::send{src_mr.span<char>()}.id(1));
-        for (int seen = 0; seen < 2; ++seen) cq.wait_one().throw_if_error();
+        for (int seen = 0; seen < 2; ++seen)
+            cq.wait_one().throw_if_error();
         bool const same = std::memcmp(src.data(), dst.data(), src.size()) == 0;
         std::printf("consumer (%s): moved %zu bytes over RC on %s: %s\n", route, dst.size(), port.to_string().c_str(),
                     same ? "intact" : "CORRUPTED");

@@ -16,8 +16,8 @@ std::atomic<long> allocations{0};
 void* counted_alloc(std::size_t n, std::size_t align = 0) {
     if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
     if (n == 0) n = 1;
-    void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                                : std::malloc(n);
+    void* p =
+        align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
     return p;
 }
 } // namespace
@@ -87,7 +87,8 @@ bool take(rx::completion_queue<Completion>& cq, std::size_t n) {
     bool ok = true;
     while (n > 0) {
         std::size_t const got = cq.wait(std::span{wc}.first(std::min<std::size_t>(16, n)));
-        for (std::size_t i = 0; i < got; ++i) ok = ok && wc[i].ok();
+        for (std::size_t i = 0; i < got; ++i)
+            ok = ok && wc[i].ok();
         n -= got;
     }
     return ok;
@@ -138,7 +139,7 @@ TEST_CASE_TEMPLATE("posting and polling every work-request kind allocates nothin
         lb.a.post(rx::send{msg}.id(10));
         lb.a.post(rx::send_imm{msg, 7}.id(11), rx::send{msg}.inlined().id(12));
         lb.a.post(rx::write_imm{msg, target, 9}.id(13));
-        ok = ok && take(lb.cq_a, 3);  // 10, 11+12 (one chain: the last is signaled too), 13
+        ok = ok && take(lb.cq_a, 3); // 10, 11+12 (one chain: the last is signaled too), 13
         ok = ok && take(lb.cq_a, 1);
         ok = ok && take(lb.cq_b, 4);
         // one-sided: write, read, atomics; alone and chained; selective signaling

@@ -48,26 +48,25 @@ struct link_restorer {
     ~link_restorer() {
         try {
             set_link(ifname, true);
-        } catch (...) {
-        }
+        } catch (...) {}
         for (int i = 0; i < 100; ++i) {
             try {
                 if (ctx.query_port(1).active() && ctx.select_gid(1).type == rx::gid_type::roce_v2 &&
                     !ctx.select_gid(1).gid.is_link_local())
                     return;
-            } catch (...) {
-            }
+            } catch (...) {}
             std::this_thread::sleep_for(100ms);
         }
     }
 };
 
 /// Waits up to `timeout` for an event of `type`, collecting the others in `seen`.
-std::optional<rx::async_event> wait_for(rx::async_event_queue& q, ibv_event_type type, std::chrono::milliseconds timeout,
-                                        std::string& seen) {
+std::optional<rx::async_event> wait_for(rx::async_event_queue& q, ibv_event_type type,
+                                        std::chrono::milliseconds timeout, std::string& seen) {
     auto const deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
-        auto ev = q.wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+        auto ev =
+            q.wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
         if (!ev) break;
         if (ev->type() == type) return ev;
         seen += ev->to_string() + "; ";
@@ -115,7 +114,7 @@ TEST_CASE("async: taking the network device down and up raises port error, then 
     CHECK(down->device_name() == ctx.name());
     CHECK_FALSE(down->is_error());
     CHECK(down->to_string() == "port error on " + std::string{ctx.name()} + " for port 1");
-    down.reset();  // acknowledged
+    down.reset(); // acknowledged
     CHECK(ctx.query_port(1).state() == IBV_PORT_DOWN);
 
     set_link(ifname, true);
@@ -125,8 +124,10 @@ TEST_CASE("async: taking the network device down and up raises port error, then 
     while (!active && std::chrono::steady_clock::now() < deadline)
         handled += q.dispatch(
             [&](rx::async_event&& ev) {
-                if (ev.type() == IBV_EVENT_PORT_ACTIVE && ev.port_num() == 1) active = true;
-                else seen += ev.to_string() + "; ";
+                if (ev.type() == IBV_EVENT_PORT_ACTIVE && ev.port_num() == 1)
+                    active = true;
+                else
+                    seen += ev.to_string() + "; ";
             },
             1s);
     CHECK(handled >= 1);
@@ -148,11 +149,13 @@ TEST_CASE("async: a remote access violation fails the requester's WR with a real
         wc.throw_if_error();
         FAIL("a failed completion did not throw");
     } catch (rx::wc_error& e) {
-        e.push_context("Failed RDMA WRITE of 64 bytes to rkey 0x" + [&] {
-            std::ostringstream os;
-            os << std::hex << bad.rkey();
-            return os.str();
-        }() + " through " + lb.port.describe());
+        e.push_context("Failed RDMA WRITE of 64 bytes to rkey 0x" +
+                       [&] {
+                           std::ostringstream os;
+                           os << std::hex << bad.rkey();
+                           return os.str();
+                       }() +
+                       " through " + lb.port.describe());
         std::ostringstream dump;
         e.dump_detailed(dump, "E:", 2);
         std::cout << "dump_detailed(level 2) of a real work-completion error:\n" << dump.str();
@@ -163,7 +166,7 @@ TEST_CASE("async: a remote access violation fails the requester's WR with a real
         CHECK(dump.str().find("E: +work completion for wr_id 7 on QP " + std::to_string(lb.a.qp_num())) !=
               std::string::npos);
         CHECK(dump.str().find("E:   status: remote access error (10)") != std::string::npos);
-        CHECK(dump.str().find("::ffff:") != std::string::npos);  // the chosen GID is named
+        CHECK(dump.str().find("::ffff:") != std::string::npos); // the chosen GID is named
     }
     // Both QPs end in the error state.
     CHECK(lb.a.state() == IBV_QPS_ERR);
@@ -174,8 +177,7 @@ TEST_CASE("async: a remote access violation fails the requester's WR with a real
     // requester's completion (NAK, remote access error) and moves both QPs to ERR.
     std::deque<rx::async_event> events;
     (void)q.drain(events, 2s);
-    while (q.drain(events, 200ms) != 0) {
-    }
+    while (q.drain(events, 200ms) != 0) {}
     std::string seen;
     int qp_events = 0;
     for (auto const& ev : events) {
@@ -204,8 +206,10 @@ TEST_CASE("async: a peer overflowing a CQ raises CQ error on that CQ, as async_e
     a.connect(port, b.local_endpoint(port));
     b.connect(port, a.local_endpoint(port));
     test::buffer buf(pd, 4096);
-    for (int i = 0; i < 8; ++i) b.post_recv(rx::recv{buf.span().subspan(static_cast<std::size_t>(i) * 64, 64)});
-    for (int i = 0; i < 8; ++i) a.post(rx::send{buf.span().subspan(2048, 16)}.unsignaled());
+    for (int i = 0; i < 8; ++i)
+        b.post_recv(rx::recv{buf.span().subspan(static_cast<std::size_t>(i) * 64, 64)});
+    for (int i = 0; i < 8; ++i)
+        a.post(rx::send{buf.span().subspan(2048, 16)}.unsignaled());
 
     {
         rx::async_event_queue raising{ctx, {.raise_errors = true, .nonblocking = false}};

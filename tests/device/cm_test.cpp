@@ -108,7 +108,8 @@ rx::work_completion wait_ok(rx::completion_queue<Completion>& cq, std::chrono::s
 std::size_t open_fds() {
     std::size_t n = 0;
     if (DIR* d = ::opendir("/proc/self/fd")) {
-        while (::readdir(d) != nullptr) ++n;
+        while (::readdir(d) != nullptr)
+            ++n;
         ::closedir(d);
     }
     return n;
@@ -134,476 +135,488 @@ void note_event(cm::event_type t) { MESSAGE((std::string{"observed CM event: "} 
 
 TEST_SUITE("cm") {
 
-TEST_CASE_TEMPLATE("cm: RC connection through the CM exchanges data both ways and disconnects from either side", C,
-                   rx::busy_poll, rx::event_driven) {
-    auto const client_pd = bytes_of("client says hello over the connect request");
-    auto const server_pd = bytes_of("server accepts with these bytes");
-    cm::listener<rx::rc> server{device_address()};
-    std::uint16_t const port = server.port();
-    CHECK(port != 0);
+    TEST_CASE_TEMPLATE("cm: RC connection through the CM exchanges data both ways and disconnects from either side", C,
+                       rx::busy_poll, rx::event_driven) {
+        auto const client_pd = bytes_of("client says hello over the connect request");
+        auto const server_pd = bytes_of("server accepts with these bytes");
+        cm::listener<rx::rc> server{device_address()};
+        std::uint16_t const port = server.port();
+        CHECK(port != 0);
 
-    for (bool const client_first : {true, false}) {
-        CAPTURE(client_first);
-        std::vector<std::byte> request_pd;
-        std::string server_got;
-        bool server_saw_disconnect = false;
-        background srv([&] {
+        for (bool const client_first : {true, false}) {
+            CAPTURE(client_first);
+            std::vector<std::byte> request_pd;
+            std::string server_got;
+            bool server_saw_disconnect = false;
+            background srv([&] {
+                cm::connection_options opt;
+                opt.params.private_data = server_pd;
+                auto req = server.get_request(20s);
+                request_pd.assign(req.private_data().begin(), req.private_data().end());
+                auto conn = req.accept<rx::rc, C>(opt);
+                test::buffer buf(conn.pd(), 4096);
+                conn.qp().post_recv(rx::recv{buf.span()}.id(1));
+                // The client sends first; the server answers once its message is in.
+                auto const got = wait_ok(conn.cq());
+                server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), got.byte_len());
+                std::string const reply = "pong:" + server_got;
+                std::memcpy(buf.bytes_.data(), reply.data(), reply.size());
+                conn.qp().post(rx::send{buf.span().first(reply.size())}.id(2));
+                (void)wait_ok(conn.cq());
+                if (client_first) {
+                    server_saw_disconnect = conn.wait_disconnected(20s);
+                } else {
+                    conn.disconnect(20s);
+                    server_saw_disconnect = conn.state() == cm::connection_state::disconnected;
+                }
+            });
+
             cm::connection_options opt;
-            opt.params.private_data = server_pd;
-            auto req = server.get_request(20s);
-            request_pd.assign(req.private_data().begin(), req.private_data().end());
-            auto conn = req.accept<rx::rc, C>(opt);
+            opt.params.private_data = client_pd;
+            auto conn = cm::connect<rx::rc, C>(device_address(port), opt);
+            CHECK(conn.state() == cm::connection_state::established);
+            CHECK(private_data_matches(conn.peer_private_data(), server_pd));
             test::buffer buf(conn.pd(), 4096);
-            conn.qp().post_recv(rx::recv{buf.span()}.id(1));
-            // The client sends first; the server answers once its message is in.
-            auto const got = wait_ok(conn.cq());
-            server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), got.byte_len());
-            std::string const reply = "pong:" + server_got;
-            std::memcpy(buf.bytes_.data(), reply.data(), reply.size());
-            conn.qp().post(rx::send{buf.span().first(reply.size())}.id(2));
-            (void)wait_ok(conn.cq());
-            if (client_first) {
-                server_saw_disconnect = conn.wait_disconnected(20s);
-            } else {
-                conn.disconnect(20s);
-                server_saw_disconnect = conn.state() == cm::connection_state::disconnected;
-            }
-        });
-
-        cm::connection_options opt;
-        opt.params.private_data = client_pd;
-        auto conn = cm::connect<rx::rc, C>(device_address(port), opt);
-        CHECK(conn.state() == cm::connection_state::established);
-        CHECK(private_data_matches(conn.peer_private_data(), server_pd));
-        test::buffer buf(conn.pd(), 4096);
-        conn.qp().post_recv(rx::recv{buf.span()}.id(7));
-        std::string const msg = "ping from the client, " + std::to_string(port);
-        test::buffer out(conn.pd(), msg.size());
-        std::memcpy(out.bytes_.data(), msg.data(), msg.size());
-        conn.qp().post(rx::send{out.span()}.id(8));
-        std::string client_got;
-        for (int i = 0; i < 2; ++i) {
-            auto const wc = wait_ok(conn.cq());
-            if (wc.is_recv()) client_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
-        }
-        if (client_first) conn.disconnect(20s);
-        else CHECK(conn.wait_disconnected(20s));
-        srv.join();
-        CHECK(private_data_matches(request_pd, client_pd));
-        CHECK(server_got == msg);
-        CHECK(client_got == "pong:" + msg);
-        CHECK(server_saw_disconnect);
-        CHECK(conn.state() == cm::connection_state::disconnected);
-    }
-}
-
-TEST_CASE("cm: both sides see the events of a connection in order, with their data") {
-    // The low-level API, single-threaded: both channels are polled by this thread.
-    cm::event_channel sch, cch;
-    cm::id listen_id{sch, cm::port_space::tcp};
-    listen_id.bind(device_address());
-    listen_id.listen(4);
-    cm::id client{cch, cm::port_space::tcp};
-    std::vector<cm::event_type> client_seen, server_seen;
-    auto take = [](cm::event_channel& ch, std::vector<cm::event_type>& seen) {
-        auto e = ch.get(20s);
-        REQUIRE(e.has_value());
-        seen.push_back(e->type());
-        note_event(e->type());
-        return std::move(*e);
-    };
-
-    client.resolve_address(device_address(listen_id.local_address().port()), 2000ms);
-    CHECK(take(cch, client_seen).type() == cm::event_type::addr_resolved);
-    client.resolve_route(2000ms);
-    CHECK(take(cch, client_seen).type() == cm::event_type::route_resolved);
-    REQUIRE(client.has_device());
-    rx::protection_domain cpd{client.context()};
-    rx::completion_queue<rx::busy_poll> ccq{client.context(), 16};
-    auto cqp = client.create_qp<rx::rc, rx::busy_poll>(cpd, ccq, ccq);
-    CHECK(cqp.state() == IBV_QPS_INIT);
-    auto const hello = bytes_of("abc");
-    cm::connection_parameters cp;
-    cp.private_data = hello;
-    cp.responder_resources = 2;
-    cp.initiator_depth = 1;
-    cp.rnr_retry_count = 6;
-    client.connect(cp);
-
-    auto req = take(sch, server_seen);
-    REQUIRE(req.type() == cm::event_type::connect_request);
-    CHECK(req.listen_id() == listen_id.native_handle());
-    CHECK(req.id() != listen_id.native_handle());
-    CHECK(private_data_matches(req.private_data(), hello));
-    CHECK(req.conn().qp_num == cqp.qp_num());
-    CHECK(req.conn().responder_resources == 1);  // the peer's initiator depth
-    CHECK(req.conn().initiator_depth == 2);      // the peer's responder resources
-    CHECK(req.conn().rnr_retry_count == 6);
-    cm::id sid{req.id()};
-    req.ack();
-    rx::protection_domain spd{sid.context()};
-    rx::completion_queue<rx::busy_poll> scq{sid.context(), 16};
-    auto sqp = sid.create_qp<rx::rc, rx::busy_poll>(spd, scq, scq);
-    sid.accept();
-
-    // The client's CM sends its RTU (and moves its QP to RTS) as the client takes the event.
-    auto est = take(cch, client_seen);
-    REQUIRE(est.type() == cm::event_type::established);
-    CHECK(est.conn().qp_num == sqp.qp_num());
-    est.ack();
-    CHECK(take(sch, server_seen).type() == cm::event_type::established);
-    CHECK(cqp.state() == IBV_QPS_RTS);
-    CHECK(sqp.state() == IBV_QPS_RTS);
-
-    client.disconnect();  // sends a DREQ
-    CHECK(take(sch, server_seen).type() == cm::event_type::disconnected);
-    sid.disconnect();     // answers it with a DREP, as rdma_cm(7) has the server do
-    CHECK(take(cch, client_seen).type() == cm::event_type::disconnected);
-    CHECK(cqp.state() == IBV_QPS_ERR);
-    // Anything later (timewait exit) is noted, not required.
-    for (auto* ch : {&cch, &sch})
-        while (auto e = ch->get(300ms)) note_event(e->type());
-    client.destroy_qp(cqp);
-    sid.destroy_qp(sqp);
-
-    std::vector<cm::event_type> const want_client{cm::event_type::addr_resolved, cm::event_type::route_resolved,
-                                                  cm::event_type::established, cm::event_type::disconnected};
-    std::vector<cm::event_type> const want_server{cm::event_type::connect_request, cm::event_type::established,
-                                                  cm::event_type::disconnected};
-    CHECK(client_seen == want_client);
-    CHECK(server_seen == want_server);
-}
-
-TEST_CASE("cm: private data arrives intact on connect request, established and reject; over the limit it is refused") {
-    cm::listener<rx::rc> server{device_address()};
-    auto const port = server.port();
-    // Exactly the limits: 56 bytes with connect, 196 with accept, 148 with reject.
-    std::vector<std::byte> req_pd(56), acc_pd(196), rej_pd(148);
-    test::fill_pattern(req_pd, 1);
-    test::fill_pattern(acc_pd, 2);
-    test::fill_pattern(rej_pd, 3);
-
-    SUBCASE("accept") {
-        std::vector<std::byte> seen;
-        background srv([&] {
-            auto req = server.get_request(20s);
-            seen.assign(req.private_data().begin(), req.private_data().end());
-            cm::connection_options opt;
-            opt.params.private_data = acc_pd;
-            auto conn = req.accept<rx::rc, rx::busy_poll>(opt);
-            (void)conn.wait_disconnected(20s);
-        });
-        cm::connection_options opt;
-        opt.params.private_data = req_pd;
-        auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
-        CHECK(private_data_matches(conn.peer_private_data(), acc_pd));
-        conn.disconnect();
-        srv.join();
-        CHECK(private_data_matches(seen, req_pd));
-    }
-    SUBCASE("reject") {
-        background srv([&] {
-            auto req = server.get_request(20s);
-            req.reject(rej_pd);
-        });
-        cm::connection_options opt;
-        opt.params.private_data = req_pd;
-        try {
-            (void)cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
-            FAIL("a rejected connect returned a connection");
-        } catch (cm::rejected_error const& e) {
-            note_event(cm::event_type::rejected);
-            CHECK(e.event() == cm::event_type::rejected);
-            CHECK(e.by_consumer());
-            CHECK(e.reason() == 28);
-            CHECK(private_data_matches(e.private_data(), rej_pd));
-            CHECK(std::string{e.what()}.find("consumer defined") != std::string::npos);
-        }
-        srv.join();
-    }
-    SUBCASE("over the limit nothing is sent") {
-        std::vector<std::byte> big(57);
-        cm::connection_options opt;
-        opt.params.private_data = big;
-        CHECK_THROWS_AS((void)connect_rc(device_address(port), opt), rx::argument_error);
-        // Nothing reached the listener.
-        CHECK_THROWS_AS((void)server.get_request(500ms), cm::timeout_error);
-        std::vector<std::byte> big_reject(149);
-        background srv([&] {
-            auto req = server.get_request(20s);
-            CHECK_THROWS_AS(req.reject(big_reject), rx::argument_error);
-            std::vector<std::byte> big_accept(197);
-            cm::connection_options aopt;
-            aopt.params.private_data = big_accept;
-            auto accept_rc = [&] { return req.accept<rx::rc, rx::busy_poll>(aopt); };
-            CHECK_THROWS_AS((void)accept_rc(), rx::argument_error);
-            req.reject();
-        });
-        CHECK_THROWS_AS((void)connect_rc(device_address(port)), cm::rejected_error);
-        srv.join();
-    }
-}
-
-TEST_CASE("cm: connecting to a port with no listener fails with a CM error within its timeout") {
-    cm::connection_options opt;
-    opt.event_timeout = 15s;
-    auto const start = std::chrono::steady_clock::now();
-    try {
-        (void)cm::connect<rx::rc, rx::busy_poll>(device_address(1), opt);  // nobody listens on port 1
-        FAIL("connected to a port nobody listens on");
-    } catch (cm::rejected_error const& e) {
-        note_event(cm::event_type::rejected);
-        MESSAGE((std::string{"no listener: "} + e.what()));
-        CHECK_FALSE(e.by_consumer());
-    } catch (cm::unreachable_error const& e) {
-        note_event(cm::event_type::unreachable);
-        MESSAGE((std::string{"no listener: "} + e.what()));
-    }
-    CHECK(std::chrono::steady_clock::now() - start < 16s);
-}
-
-TEST_CASE("cm: resolving an unroutable address fails with an address or route error and does not hang") {
-    cm::connection_options opt;
-    opt.resolve_timeout = 2000ms;
-    SUBCASE("an absent host on the device's subnet") {
-        // x.y.z.77 on the device's /24, where nobody is. On a NOARP netdev (Soft-RoCE on a dummy
-        // interface) the neighbour "resolves" without asking, so the failure may come later, as
-        // an unanswered connect request; either way it is a CM error, bounded by the timeouts.
-        std::string ip = device_ip();
-        ip = ip.substr(0, ip.rfind('.')) + ".77";
-        opt.event_timeout = 5s;
-        auto const start = std::chrono::steady_clock::now();
-        try {
-            (void)cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(ip, 7471), opt);
-            FAIL("connected to an absent host");
-        } catch (cm::cm_error const& e) {
-            MESSAGE((ip + ": " + e.what()));
-            if (e.event()) note_event(*e.event());
-            bool const expected = dynamic_cast<cm::address_error const*>(&e) != nullptr ||
-                                  dynamic_cast<cm::route_error const*>(&e) != nullptr ||
-                                  dynamic_cast<cm::unreachable_error const*>(&e) != nullptr ||
-                                  dynamic_cast<cm::timeout_error const*>(&e) != nullptr;
-            CHECK(expected);
-        }
-        CHECK(std::chrono::steady_clock::now() - start < 10s);
-    }
-    SUBCASE("an address with no route at all") {
-        auto const start = std::chrono::steady_clock::now();
-        try {
-            (void)cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve("203.0.113.1", 7471), opt);
-            FAIL("resolved an address with no route");
-        } catch (cm::route_not_found_error const& e) {
-            MESSAGE((std::string{"203.0.113.1: "} + e.what()));
-            CHECK(e.code() == std::error_code{ENETUNREACH, std::system_category()});
-        }
-        CHECK(std::chrono::steady_clock::now() - start < 10s);
-    }
-}
-
-TEST_CASE("cm: 200 connections opened and closed in sequence leak no file descriptors or memory") {
-    cm::listener<rx::rc> server{device_address()};
-    auto const port = server.port();
-    constexpr int warmup = 10, rounds = 200;
-    std::atomic<int> served{0};
-    background srv([&] {
-        for (int i = 0; i < warmup + rounds; ++i) {
-            {
-                auto conn = server.accept<rx::busy_poll>(30s);
-                if (!conn.wait_disconnected(30s)) throw std::runtime_error("client did not disconnect");
-            }  // destroyed before it is counted
-            ++served;
-        }
-    });
-    auto one = [&] {
-        auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port));
-        conn.disconnect(30s);
-    };
-    for (int i = 0; i < warmup; ++i) one();
-    while (served.load() < warmup) std::this_thread::sleep_for(1ms);
-    std::size_t const fds_before = open_fds();
-    long const rss_before = status_kib("VmRSS:");
-    for (int i = 0; i < rounds; ++i) one();
-    srv.join();
-    std::size_t const fds_after = open_fds();
-    long const rss_after = status_kib("VmRSS:");
-    MESSAGE("fds " << fds_before << " -> " << fds_after << ", VmRSS " << rss_before << " -> " << rss_after << " KiB");
-    CHECK(served.load() == warmup + rounds);
-    CHECK(fds_after == fds_before);
-    CHECK(rss_after - rss_before < 2048);  // a leaked PD+CQ+QP per connection would be far more
-}
-
-TEST_CASE("cm: one server serves several clients at once from one event channel in an epoll loop") {
-    constexpr int clients = 4;
-    cm::listener<rx::rc> server{device_address()};
-    auto const port = server.port();
-    std::atomic<int> done{0};
-    std::vector<std::string> answers(clients);
-    std::vector<std::unique_ptr<background>> threads;
-    for (int i = 0; i < clients; ++i)
-        threads.push_back(std::make_unique<background>([&, i] {
-            auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port));
-            test::buffer buf(conn.pd(), 256);
-            conn.qp().post_recv(rx::recv{buf.span()}.id(1));
-            std::string const msg = "client " + std::to_string(i) + " asks";
+            conn.qp().post_recv(rx::recv{buf.span()}.id(7));
+            std::string const msg = "ping from the client, " + std::to_string(port);
             test::buffer out(conn.pd(), msg.size());
             std::memcpy(out.bytes_.data(), msg.data(), msg.size());
-            conn.qp().post(rx::send{out.span()}.id(2));
-            for (int k = 0; k < 2; ++k) {
+            conn.qp().post(rx::send{out.span()}.id(8));
+            std::string client_got;
+            for (int i = 0; i < 2; ++i) {
                 auto const wc = wait_ok(conn.cq());
-                if (wc.is_recv()) answers[static_cast<std::size_t>(i)].assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
+                if (wc.is_recv()) client_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
             }
-            conn.disconnect(30s);
-            ++done;
-        }));
+            if (client_first)
+                conn.disconnect(20s);
+            else
+                CHECK(conn.wait_disconnected(20s));
+            srv.join();
+            CHECK(private_data_matches(request_pd, client_pd));
+            CHECK(server_got == msg);
+            CHECK(client_got == "pong:" + msg);
+            CHECK(server_saw_disconnect);
+            CHECK(conn.state() == cm::connection_state::disconnected);
+        }
+    }
 
-    struct session {
-        cm::connection<rx::rc, rx::busy_poll> conn;
-        std::unique_ptr<test::buffer> buf;
-        bool answered = false;
-    };
-    std::map<rdma_cm_id*, std::unique_ptr<session>> sessions;
-    int accepted = 0, disconnected = 0, max_open = 0;
-    int const ep = ::epoll_create1(EPOLL_CLOEXEC);
-    REQUIRE(ep >= 0);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = server.channel().fd();
-    REQUIRE(::epoll_ctl(ep, EPOLL_CTL_ADD, server.channel().fd(), &ev) == 0);
-    auto const deadline = std::chrono::steady_clock::now() + 120s;
-    while (disconnected < clients && std::chrono::steady_clock::now() < deadline) {
-        epoll_event out[4];
-        int const n = ::epoll_wait(ep, out, 4, 1);
-        if (n > 0) {
-            while (auto e = server.channel().try_get()) {
-                if (e->type() == cm::event_type::connect_request) {
-                    cm::connect_request req{*e};
-                    rdma_cm_id* const key = req.cm_id().native_handle();
-                    e->ack();
-                    auto s = std::make_unique<session>(session{req.accept_shared<rx::rc, rx::busy_poll>(), nullptr});
-                    s->buf = std::make_unique<test::buffer>(s->conn.pd(), 256);
-                    s->conn.qp().post_recv(rx::recv{s->buf->span()}.id(1));
-                    sessions.emplace(key, std::move(s));
-                    ++accepted;
-                } else {
-                    auto it = sessions.find(e->id());
-                    REQUIRE(it != sessions.end());
-                    it->second->conn.handle(*e);
-                    if (it->second->conn.state() == cm::connection_state::disconnected) {
-                        CHECK(it->second->answered);
+    TEST_CASE("cm: both sides see the events of a connection in order, with their data") {
+        // The low-level API, single-threaded: both channels are polled by this thread.
+        cm::event_channel sch, cch;
+        cm::id listen_id{sch, cm::port_space::tcp};
+        listen_id.bind(device_address());
+        listen_id.listen(4);
+        cm::id client{cch, cm::port_space::tcp};
+        std::vector<cm::event_type> client_seen, server_seen;
+        auto take = [](cm::event_channel& ch, std::vector<cm::event_type>& seen) {
+            auto e = ch.get(20s);
+            REQUIRE(e.has_value());
+            seen.push_back(e->type());
+            note_event(e->type());
+            return std::move(*e);
+        };
+
+        client.resolve_address(device_address(listen_id.local_address().port()), 2000ms);
+        CHECK(take(cch, client_seen).type() == cm::event_type::addr_resolved);
+        client.resolve_route(2000ms);
+        CHECK(take(cch, client_seen).type() == cm::event_type::route_resolved);
+        REQUIRE(client.has_device());
+        rx::protection_domain cpd{client.context()};
+        rx::completion_queue<rx::busy_poll> ccq{client.context(), 16};
+        auto cqp = client.create_qp<rx::rc, rx::busy_poll>(cpd, ccq, ccq);
+        CHECK(cqp.state() == IBV_QPS_INIT);
+        auto const hello = bytes_of("abc");
+        cm::connection_parameters cp;
+        cp.private_data = hello;
+        cp.responder_resources = 2;
+        cp.initiator_depth = 1;
+        cp.rnr_retry_count = 6;
+        client.connect(cp);
+
+        auto req = take(sch, server_seen);
+        REQUIRE(req.type() == cm::event_type::connect_request);
+        CHECK(req.listen_id() == listen_id.native_handle());
+        CHECK(req.id() != listen_id.native_handle());
+        CHECK(private_data_matches(req.private_data(), hello));
+        CHECK(req.conn().qp_num == cqp.qp_num());
+        CHECK(req.conn().responder_resources == 1); // the peer's initiator depth
+        CHECK(req.conn().initiator_depth == 2);     // the peer's responder resources
+        CHECK(req.conn().rnr_retry_count == 6);
+        cm::id sid{req.id()};
+        req.ack();
+        rx::protection_domain spd{sid.context()};
+        rx::completion_queue<rx::busy_poll> scq{sid.context(), 16};
+        auto sqp = sid.create_qp<rx::rc, rx::busy_poll>(spd, scq, scq);
+        sid.accept();
+
+        // The client's CM sends its RTU (and moves its QP to RTS) as the client takes the event.
+        auto est = take(cch, client_seen);
+        REQUIRE(est.type() == cm::event_type::established);
+        CHECK(est.conn().qp_num == sqp.qp_num());
+        est.ack();
+        CHECK(take(sch, server_seen).type() == cm::event_type::established);
+        CHECK(cqp.state() == IBV_QPS_RTS);
+        CHECK(sqp.state() == IBV_QPS_RTS);
+
+        client.disconnect(); // sends a DREQ
+        CHECK(take(sch, server_seen).type() == cm::event_type::disconnected);
+        sid.disconnect(); // answers it with a DREP, as rdma_cm(7) has the server do
+        CHECK(take(cch, client_seen).type() == cm::event_type::disconnected);
+        CHECK(cqp.state() == IBV_QPS_ERR);
+        // Anything later (timewait exit) is noted, not required.
+        for (auto* ch : {&cch, &sch})
+            while (auto e = ch->get(300ms))
+                note_event(e->type());
+        client.destroy_qp(cqp);
+        sid.destroy_qp(sqp);
+
+        std::vector<cm::event_type> const want_client{cm::event_type::addr_resolved, cm::event_type::route_resolved,
+                                                      cm::event_type::established, cm::event_type::disconnected};
+        std::vector<cm::event_type> const want_server{cm::event_type::connect_request, cm::event_type::established,
+                                                      cm::event_type::disconnected};
+        CHECK(client_seen == want_client);
+        CHECK(server_seen == want_server);
+    }
+
+    TEST_CASE(
+        "cm: private data arrives intact on connect request, established and reject; over the limit it is refused") {
+        cm::listener<rx::rc> server{device_address()};
+        auto const port = server.port();
+        // Exactly the limits: 56 bytes with connect, 196 with accept, 148 with reject.
+        std::vector<std::byte> req_pd(56), acc_pd(196), rej_pd(148);
+        test::fill_pattern(req_pd, 1);
+        test::fill_pattern(acc_pd, 2);
+        test::fill_pattern(rej_pd, 3);
+
+        SUBCASE("accept") {
+            std::vector<std::byte> seen;
+            background srv([&] {
+                auto req = server.get_request(20s);
+                seen.assign(req.private_data().begin(), req.private_data().end());
+                cm::connection_options opt;
+                opt.params.private_data = acc_pd;
+                auto conn = req.accept<rx::rc, rx::busy_poll>(opt);
+                (void)conn.wait_disconnected(20s);
+            });
+            cm::connection_options opt;
+            opt.params.private_data = req_pd;
+            auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
+            CHECK(private_data_matches(conn.peer_private_data(), acc_pd));
+            conn.disconnect();
+            srv.join();
+            CHECK(private_data_matches(seen, req_pd));
+        }
+        SUBCASE("reject") {
+            background srv([&] {
+                auto req = server.get_request(20s);
+                req.reject(rej_pd);
+            });
+            cm::connection_options opt;
+            opt.params.private_data = req_pd;
+            try {
+                (void)cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
+                FAIL("a rejected connect returned a connection");
+            } catch (cm::rejected_error const& e) {
+                note_event(cm::event_type::rejected);
+                CHECK(e.event() == cm::event_type::rejected);
+                CHECK(e.by_consumer());
+                CHECK(e.reason() == 28);
+                CHECK(private_data_matches(e.private_data(), rej_pd));
+                CHECK(std::string{e.what()}.find("consumer defined") != std::string::npos);
+            }
+            srv.join();
+        }
+        SUBCASE("over the limit nothing is sent") {
+            std::vector<std::byte> big(57);
+            cm::connection_options opt;
+            opt.params.private_data = big;
+            CHECK_THROWS_AS((void)connect_rc(device_address(port), opt), rx::argument_error);
+            // Nothing reached the listener.
+            CHECK_THROWS_AS((void)server.get_request(500ms), cm::timeout_error);
+            std::vector<std::byte> big_reject(149);
+            background srv([&] {
+                auto req = server.get_request(20s);
+                CHECK_THROWS_AS(req.reject(big_reject), rx::argument_error);
+                std::vector<std::byte> big_accept(197);
+                cm::connection_options aopt;
+                aopt.params.private_data = big_accept;
+                auto accept_rc = [&] { return req.accept<rx::rc, rx::busy_poll>(aopt); };
+                CHECK_THROWS_AS((void)accept_rc(), rx::argument_error);
+                req.reject();
+            });
+            CHECK_THROWS_AS((void)connect_rc(device_address(port)), cm::rejected_error);
+            srv.join();
+        }
+    }
+
+    TEST_CASE("cm: connecting to a port with no listener fails with a CM error within its timeout") {
+        cm::connection_options opt;
+        opt.event_timeout = 15s;
+        auto const start = std::chrono::steady_clock::now();
+        try {
+            (void)cm::connect<rx::rc, rx::busy_poll>(device_address(1), opt); // nobody listens on port 1
+            FAIL("connected to a port nobody listens on");
+        } catch (cm::rejected_error const& e) {
+            note_event(cm::event_type::rejected);
+            MESSAGE((std::string{"no listener: "} + e.what()));
+            CHECK_FALSE(e.by_consumer());
+        } catch (cm::unreachable_error const& e) {
+            note_event(cm::event_type::unreachable);
+            MESSAGE((std::string{"no listener: "} + e.what()));
+        }
+        CHECK(std::chrono::steady_clock::now() - start < 16s);
+    }
+
+    TEST_CASE("cm: resolving an unroutable address fails with an address or route error and does not hang") {
+        cm::connection_options opt;
+        opt.resolve_timeout = 2000ms;
+        SUBCASE("an absent host on the device's subnet") {
+            // x.y.z.77 on the device's /24, where nobody is. On a NOARP netdev (Soft-RoCE on a dummy
+            // interface) the neighbour "resolves" without asking, so the failure may come later, as
+            // an unanswered connect request; either way it is a CM error, bounded by the timeouts.
+            std::string ip = device_ip();
+            ip = ip.substr(0, ip.rfind('.')) + ".77";
+            opt.event_timeout = 5s;
+            auto const start = std::chrono::steady_clock::now();
+            try {
+                (void)cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(ip, 7471), opt);
+                FAIL("connected to an absent host");
+            } catch (cm::cm_error const& e) {
+                MESSAGE((ip + ": " + e.what()));
+                if (e.event()) note_event(*e.event());
+                bool const expected = dynamic_cast<cm::address_error const*>(&e) != nullptr ||
+                                      dynamic_cast<cm::route_error const*>(&e) != nullptr ||
+                                      dynamic_cast<cm::unreachable_error const*>(&e) != nullptr ||
+                                      dynamic_cast<cm::timeout_error const*>(&e) != nullptr;
+                CHECK(expected);
+            }
+            CHECK(std::chrono::steady_clock::now() - start < 10s);
+        }
+        SUBCASE("an address with no route at all") {
+            auto const start = std::chrono::steady_clock::now();
+            try {
+                (void)cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve("203.0.113.1", 7471), opt);
+                FAIL("resolved an address with no route");
+            } catch (cm::route_not_found_error const& e) {
+                MESSAGE((std::string{"203.0.113.1: "} + e.what()));
+                CHECK(e.code() == std::error_code{ENETUNREACH, std::system_category()});
+            }
+            CHECK(std::chrono::steady_clock::now() - start < 10s);
+        }
+    }
+
+    TEST_CASE("cm: 200 connections opened and closed in sequence leak no file descriptors or memory") {
+        cm::listener<rx::rc> server{device_address()};
+        auto const port = server.port();
+        constexpr int warmup = 10, rounds = 200;
+        std::atomic<int> served{0};
+        background srv([&] {
+            for (int i = 0; i < warmup + rounds; ++i) {
+                {
+                    auto conn = server.accept<rx::busy_poll>(30s);
+                    if (!conn.wait_disconnected(30s)) throw std::runtime_error("client did not disconnect");
+                } // destroyed before it is counted
+                ++served;
+            }
+        });
+        auto one = [&] {
+            auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port));
+            conn.disconnect(30s);
+        };
+        for (int i = 0; i < warmup; ++i)
+            one();
+        while (served.load() < warmup)
+            std::this_thread::sleep_for(1ms);
+        std::size_t const fds_before = open_fds();
+        long const rss_before = status_kib("VmRSS:");
+        for (int i = 0; i < rounds; ++i)
+            one();
+        srv.join();
+        std::size_t const fds_after = open_fds();
+        long const rss_after = status_kib("VmRSS:");
+        MESSAGE("fds " << fds_before << " -> " << fds_after << ", VmRSS " << rss_before << " -> " << rss_after
+                       << " KiB");
+        CHECK(served.load() == warmup + rounds);
+        CHECK(fds_after == fds_before);
+        CHECK(rss_after - rss_before < 2048); // a leaked PD+CQ+QP per connection would be far more
+    }
+
+    TEST_CASE("cm: one server serves several clients at once from one event channel in an epoll loop") {
+        constexpr int clients = 4;
+        cm::listener<rx::rc> server{device_address()};
+        auto const port = server.port();
+        std::atomic<int> done{0};
+        std::vector<std::string> answers(clients);
+        std::vector<std::unique_ptr<background>> threads;
+        for (int i = 0; i < clients; ++i)
+            threads.push_back(std::make_unique<background>([&, i] {
+                auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port));
+                test::buffer buf(conn.pd(), 256);
+                conn.qp().post_recv(rx::recv{buf.span()}.id(1));
+                std::string const msg = "client " + std::to_string(i) + " asks";
+                test::buffer out(conn.pd(), msg.size());
+                std::memcpy(out.bytes_.data(), msg.data(), msg.size());
+                conn.qp().post(rx::send{out.span()}.id(2));
+                for (int k = 0; k < 2; ++k) {
+                    auto const wc = wait_ok(conn.cq());
+                    if (wc.is_recv())
+                        answers[static_cast<std::size_t>(i)].assign(reinterpret_cast<char const*>(buf.bytes_.data()),
+                                                                    wc.byte_len());
+                }
+                conn.disconnect(30s);
+                ++done;
+            }));
+
+        struct session {
+            cm::connection<rx::rc, rx::busy_poll> conn;
+            std::unique_ptr<test::buffer> buf;
+            bool answered = false;
+        };
+        std::map<rdma_cm_id*, std::unique_ptr<session>> sessions;
+        int accepted = 0, disconnected = 0, max_open = 0;
+        int const ep = ::epoll_create1(EPOLL_CLOEXEC);
+        REQUIRE(ep >= 0);
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = server.channel().fd();
+        REQUIRE(::epoll_ctl(ep, EPOLL_CTL_ADD, server.channel().fd(), &ev) == 0);
+        auto const deadline = std::chrono::steady_clock::now() + 120s;
+        while (disconnected < clients && std::chrono::steady_clock::now() < deadline) {
+            epoll_event out[4];
+            int const n = ::epoll_wait(ep, out, 4, 1);
+            if (n > 0) {
+                while (auto e = server.channel().try_get()) {
+                    if (e->type() == cm::event_type::connect_request) {
+                        cm::connect_request req{*e};
+                        rdma_cm_id* const key = req.cm_id().native_handle();
                         e->ack();
-                        sessions.erase(it);
-                        ++disconnected;
+                        auto s =
+                            std::make_unique<session>(session{req.accept_shared<rx::rc, rx::busy_poll>(), nullptr});
+                        s->buf = std::make_unique<test::buffer>(s->conn.pd(), 256);
+                        s->conn.qp().post_recv(rx::recv{s->buf->span()}.id(1));
+                        sessions.emplace(key, std::move(s));
+                        ++accepted;
+                    } else {
+                        auto it = sessions.find(e->id());
+                        REQUIRE(it != sessions.end());
+                        it->second->conn.handle(*e);
+                        if (it->second->conn.state() == cm::connection_state::disconnected) {
+                            CHECK(it->second->answered);
+                            e->ack();
+                            sessions.erase(it);
+                            ++disconnected;
+                        }
+                    }
+                    max_open = std::max(max_open, static_cast<int>(sessions.size()));
+                }
+            }
+            for (auto& [key, s] : sessions) {
+                for (auto const& wc : s->conn.cq().poll<4>()) {
+                    REQUIRE(wc.ok());
+                    if (wc.is_recv()) {
+                        std::string const q(reinterpret_cast<char const*>(s->buf->bytes_.data()), wc.byte_len());
+                        std::string const a = q + ", server answers";
+                        std::memcpy(s->buf->bytes_.data(), a.data(), a.size());
+                        s->conn.qp().post(rx::send{s->buf->span().first(a.size())}.id(2));
+                        s->answered = true;
                     }
                 }
-                max_open = std::max(max_open, static_cast<int>(sessions.size()));
             }
         }
-        for (auto& [key, s] : sessions) {
-            for (auto const& wc : s->conn.cq().poll<4>()) {
-                REQUIRE(wc.ok());
-                if (wc.is_recv()) {
-                    std::string const q(reinterpret_cast<char const*>(s->buf->bytes_.data()), wc.byte_len());
-                    std::string const a = q + ", server answers";
-                    std::memcpy(s->buf->bytes_.data(), a.data(), a.size());
-                    s->conn.qp().post(rx::send{s->buf->span().first(a.size())}.id(2));
-                    s->answered = true;
-                }
-            }
-        }
+        ::close(ep);
+        for (auto& t : threads)
+            t->join();
+        CHECK(done.load() == clients);
+        CHECK(accepted == clients);
+        CHECK(disconnected == clients);
+        MESSAGE("at most " << max_open << " connections were open at once");
+        for (int i = 0; i < clients; ++i)
+            CHECK(answers[static_cast<std::size_t>(i)] == "client " + std::to_string(i) + " asks, server answers");
     }
-    ::close(ep);
-    for (auto& t : threads) t->join();
-    CHECK(done.load() == clients);
-    CHECK(accepted == clients);
-    CHECK(disconnected == clients);
-    MESSAGE("at most " << max_open << " connections were open at once");
-    for (int i = 0; i < clients; ++i)
-        CHECK(answers[static_cast<std::size_t>(i)] == "client " + std::to_string(i) + " asks, server answers");
-}
 
-TEST_CASE_TEMPLATE("cm: UD through the CM (UDP port space) delivers datagrams both ways byte for byte", C, rx::busy_poll,
-                   rx::event_driven) {
-    cm::listener<rx::ud> server{device_address()};
-    auto const port = server.port();
-    auto const hello = bytes_of("ud lookup with private data");
-    std::vector<std::byte> server_seen_pd;
-    std::vector<std::byte> server_got;
-    constexpr std::size_t n = 512;
-    background srv([&] {
-        auto req = server.get_request(20s);
-        server_seen_pd.assign(req.private_data().begin(), req.private_data().end());
-        std::unique_ptr<test::buffer> bufp;
-        auto conn = req.accept<rx::ud, C>({}, [&](auto& c) {
-            // Before the peer can learn our QPN: an unposted UD receive drops the datagram.
-            bufp = std::make_unique<test::buffer>(c.pd(), rx::ud::grh_bytes + n);
-            c.qp().post_recv(rx::recv{bufp->span()}.id(1));
+    TEST_CASE_TEMPLATE("cm: UD through the CM (UDP port space) delivers datagrams both ways byte for byte", C,
+                       rx::busy_poll, rx::event_driven) {
+        cm::listener<rx::ud> server{device_address()};
+        auto const port = server.port();
+        auto const hello = bytes_of("ud lookup with private data");
+        std::vector<std::byte> server_seen_pd;
+        std::vector<std::byte> server_got;
+        constexpr std::size_t n = 512;
+        background srv([&] {
+            auto req = server.get_request(20s);
+            server_seen_pd.assign(req.private_data().begin(), req.private_data().end());
+            std::unique_ptr<test::buffer> bufp;
+            auto conn = req.accept<rx::ud, C>({}, [&](auto& c) {
+                // Before the peer can learn our QPN: an unposted UD receive drops the datagram.
+                bufp = std::make_unique<test::buffer>(c.pd(), rx::ud::grh_bytes + n);
+                c.qp().post_recv(rx::recv{bufp->span()}.id(1));
+            });
+            auto& buf = *bufp;
+            auto const wc = wait_ok(conn.cq());
+            auto const payload = rx::ud_payload(std::span<std::byte>{buf.bytes_}, wc);
+            server_got.assign(payload.begin(), payload.end());
+            conn.reply_to(wc, buf.bytes_);
+            // Echo it back reversed, so the client sees the server's own bytes.
+            test::buffer out(conn.pd(), n);
+            std::reverse_copy(payload.begin(), payload.end(), out.bytes_.begin());
+            conn.qp().post(rx::send{out.span()}.to(*conn.peer_ah(), conn.peer_qpn(), conn.peer_qkey()).id(2));
+            (void)wait_ok(conn.cq());
+            bufp.reset(); // its memory region before the connection's PD
         });
-        auto& buf = *bufp;
-        auto const wc = wait_ok(conn.cq());
-        auto const payload = rx::ud_payload(std::span<std::byte>{buf.bytes_}, wc);
-        server_got.assign(payload.begin(), payload.end());
-        conn.reply_to(wc, buf.bytes_);
-        // Echo it back reversed, so the client sees the server's own bytes.
+        cm::connection_options opt;
+        opt.params.private_data = hello;
+        auto conn = cm::connect<rx::ud, C>(device_address(port), opt);
+        REQUIRE(conn.peer_ah() != nullptr);
+        CHECK(conn.peer_qkey() == RDMA_UDP_QKEY);
+        CHECK(conn.peer_qpn() != 0);
+        CHECK(conn.qp().path_mtu_bytes() >= n);
+        test::buffer in(conn.pd(), rx::ud::grh_bytes + n);
+        conn.qp().post_recv(rx::recv{in.span()}.id(3));
         test::buffer out(conn.pd(), n);
-        std::reverse_copy(payload.begin(), payload.end(), out.bytes_.begin());
-        conn.qp().post(rx::send{out.span()}.to(*conn.peer_ah(), conn.peer_qpn(), conn.peer_qkey()).id(2));
-        (void)wait_ok(conn.cq());
-        bufp.reset();  // its memory region before the connection's PD
-    });
-    cm::connection_options opt;
-    opt.params.private_data = hello;
-    auto conn = cm::connect<rx::ud, C>(device_address(port), opt);
-    REQUIRE(conn.peer_ah() != nullptr);
-    CHECK(conn.peer_qkey() == RDMA_UDP_QKEY);
-    CHECK(conn.peer_qpn() != 0);
-    CHECK(conn.qp().path_mtu_bytes() >= n);
-    test::buffer in(conn.pd(), rx::ud::grh_bytes + n);
-    conn.qp().post_recv(rx::recv{in.span()}.id(3));
-    test::buffer out(conn.pd(), n);
-    test::fill_pattern(out.bytes_, 9);
-    conn.qp().post(rx::send{out.span()}.to(*conn.peer_ah(), conn.peer_qpn(), conn.peer_qkey()).id(4));
-    std::vector<std::byte> client_got;
-    for (int i = 0; i < 2; ++i) {
-        auto const wc = wait_ok(conn.cq());
-        if (wc.is_recv()) {
-            auto const p = rx::ud_payload(std::span<std::byte>{in.bytes_}, wc);
-            client_got.assign(p.begin(), p.end());
+        test::fill_pattern(out.bytes_, 9);
+        conn.qp().post(rx::send{out.span()}.to(*conn.peer_ah(), conn.peer_qpn(), conn.peer_qkey()).id(4));
+        std::vector<std::byte> client_got;
+        for (int i = 0; i < 2; ++i) {
+            auto const wc = wait_ok(conn.cq());
+            if (wc.is_recv()) {
+                auto const p = rx::ud_payload(std::span<std::byte>{in.bytes_}, wc);
+                client_got.assign(p.begin(), p.end());
+            }
         }
+        srv.join();
+        CHECK(private_data_matches(server_seen_pd, hello));
+        CHECK(server_got == out.bytes_);
+        std::vector<std::byte> reversed(out.bytes_.rbegin(), out.bytes_.rend());
+        CHECK(client_got == reversed);
     }
-    srv.join();
-    CHECK(private_data_matches(server_seen_pd, hello));
-    CHECK(server_got == out.bytes_);
-    std::vector<std::byte> reversed(out.bytes_.rbegin(), out.bytes_.rend());
-    CHECK(client_got == reversed);
-}
 
-TEST_CASE("cm: multicast join, send to the group and receive from it byte for byte, then leave") {
-    auto const group = cm::address::resolve("239.1.2.3", 0);
-    auto const local = device_address();
-    cm::multicast_group<rx::busy_poll> receiver{local, group};
-    note_event(cm::event_type::multicast_join);
-    cm::multicast_group<rx::busy_poll> sender{local, group};
-    CHECK(receiver.qpn() == 0xffffffU);
-    constexpr std::size_t n = 256;
-    test::buffer in(receiver.pd(), rx::ud::grh_bytes + n);
-    receiver.qp().post_recv(rx::recv{in.span()}.id(1));
-    test::buffer out(sender.pd(), n);
-    test::fill_pattern(out.bytes_, 5);
-    sender.qp().post(rx::send{out.span()}.to(sender.ah(), sender.qpn(), sender.qkey()).id(2));
-    CHECK(wait_ok(sender.cq()).wr_id() == 2);
-    // The receive must come within a deadline: poll, never block forever.
-    auto const deadline = std::chrono::steady_clock::now() + 10s;
-    std::vector<std::byte> got;
-    while (got.empty() && std::chrono::steady_clock::now() < deadline) {
-        for (auto const& wc : receiver.cq().poll<1>()) {
-            REQUIRE(wc.ok());
-            auto const p = rx::ud_payload(std::span<std::byte>{in.bytes_}, wc);
-            got.assign(p.begin(), p.end());
+    TEST_CASE("cm: multicast join, send to the group and receive from it byte for byte, then leave") {
+        auto const group = cm::address::resolve("239.1.2.3", 0);
+        auto const local = device_address();
+        cm::multicast_group<rx::busy_poll> receiver{local, group};
+        note_event(cm::event_type::multicast_join);
+        cm::multicast_group<rx::busy_poll> sender{local, group};
+        CHECK(receiver.qpn() == 0xffffffU);
+        constexpr std::size_t n = 256;
+        test::buffer in(receiver.pd(), rx::ud::grh_bytes + n);
+        receiver.qp().post_recv(rx::recv{in.span()}.id(1));
+        test::buffer out(sender.pd(), n);
+        test::fill_pattern(out.bytes_, 5);
+        sender.qp().post(rx::send{out.span()}.to(sender.ah(), sender.qpn(), sender.qkey()).id(2));
+        CHECK(wait_ok(sender.cq()).wr_id() == 2);
+        // The receive must come within a deadline: poll, never block forever.
+        auto const deadline = std::chrono::steady_clock::now() + 10s;
+        std::vector<std::byte> got;
+        while (got.empty() && std::chrono::steady_clock::now() < deadline) {
+            for (auto const& wc : receiver.cq().poll<1>()) {
+                REQUIRE(wc.ok());
+                auto const p = rx::ud_payload(std::span<std::byte>{in.bytes_}, wc);
+                got.assign(p.begin(), p.end());
+            }
         }
+        CHECK(got == out.bytes_);
+        receiver.leave();
+        sender.leave();
     }
-    CHECK(got == out.bytes_);
-    receiver.leave();
-    sender.leave();
-}
 
 } // TEST_SUITE

@@ -79,7 +79,7 @@ TEST_CASE("discovery: port attributes, GID table and P_Key table match sysfs") {
     std::string const name = test_device_name();
     rx::context ctx = test::open_test_device();
     REQUIRE(ctx.port_count() >= 1);
-    CHECK(ctx.port_count() == 1);  // rxe has one port
+    CHECK(ctx.port_count() == 1); // rxe has one port
     auto const attr = ctx.query_device();
     CHECK(attr.orig_attr.phys_port_cnt == ctx.port_count());
     CHECK(rx::guid::from_network(attr.orig_attr.node_guid) == ctx.device().guid());
@@ -92,7 +92,7 @@ TEST_CASE("discovery: port attributes, GID table and P_Key table match sysfs") {
     CHECK(port.link_layer_name() == sysfs(dir + "/link_layer"));
     CHECK(port.link_layer_name() == "Ethernet");
     CHECK(port.lid() == 0);
-    CHECK(port.active_mtu_bytes() == 1024);  // netdev MTU 1500
+    CHECK(port.active_mtu_bytes() == 1024); // netdev MTU 1500
     // sysfs "rate" reads like "10 Gb/sec (4X QDR)": the width is ours.
     std::string const rate = sysfs(dir + "/rate");
     CAPTURE(rate);
@@ -109,9 +109,8 @@ TEST_CASE("discovery: port attributes, GID table and P_Key table match sysfs") {
         if (text.empty() || rx::gid::parse(text).is_zero()) continue;
         ++populated;
         CAPTURE(text);
-        auto const it = std::find_if(table.begin(), table.end(), [&](rx::gid_entry const& e) {
-            return e.index == static_cast<std::uint32_t>(i);
-        });
+        auto const it = std::find_if(table.begin(), table.end(),
+                                     [&](rx::gid_entry const& e) { return e.index == static_cast<std::uint32_t>(i); });
         REQUIRE(it != table.end());
         CHECK(it->gid == rx::gid::parse(text));
         CHECK(it->gid == ctx.query_gid(1, i));
@@ -170,7 +169,7 @@ TEST_CASE("discovery: GID selection picks the routable RoCE v2 GID and can be ov
     } else {
         std::string const what = error_text([&] { (void)ctx.select_gid(1, v1); });
         CAPTURE(what);
-        CHECK(what.find("/1 has no a RoCE v1 GID") == std::string::npos);  // grammar guard
+        CHECK(what.find("/1 has no a RoCE v1 GID") == std::string::npos); // grammar guard
         CHECK(what.find("has no a RoCE v1 GID") == std::string::npos);
         CHECK(what.find("RoCE v1 GID") != std::string::npos);
         CHECK(what.find(chosen.gid.to_string()) != std::string::npos);
@@ -207,10 +206,10 @@ TEST_CASE("discovery: get_end_port resolves the device, device/port, RoCE v2 GID
         CHECK(where.context().name() == name);
         CHECK(where.port_num() == 1);
         CHECK(where.to_string() == name + "/1");
-        CHECK(where.gid().gid == v2.gid);  // the GID named, or the one selection picks: the same here
+        CHECK(where.gid().gid == v2.gid); // the GID named, or the one selection picks: the same here
         CHECK(where.gid().type == rx::gid_type::roce_v2);
         CHECK(where.attributes().active());
-        rx::end_port const& port = where;  // usable wherever an end_port is
+        rx::end_port const& port = where; // usable wherever an end_port is
         CHECK(port.describe().find(v2.gid.to_string()) != std::string::npos);
     }
 
@@ -232,14 +231,11 @@ TEST_CASE("discovery: get_end_port refuses what does not exist, naming what was 
     std::string const name = test_device_name();
     struct row {
         std::string text;
-        std::string must_name;  // besides the text itself
+        std::string must_name; // besides the text itself
     };
     row const rows[] = {
-        {name + "/2", name + "/1"},
-        {"nosuch0", "devices: " + name},
-        {"nosuch0/1", "devices: " + name},
-        {"::ffff:203.0.113.9", "GIDs:"},
-        {"0x0123456789abcdef", "GUIDs:"},
+        {name + "/2", name + "/1"},      {"nosuch0", "devices: " + name},  {"nosuch0/1", "devices: " + name},
+        {"::ffff:203.0.113.9", "GIDs:"}, {"0x0123456789abcdef", "GUIDs:"},
     };
     for (auto const& r : rows) {
         CAPTURE(r.text);

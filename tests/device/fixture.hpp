@@ -51,7 +51,8 @@ struct loopback {
 
 /// A byte pattern that differs at every position and per seed.
 inline void fill_pattern(std::span<std::byte> s, unsigned seed) {
-    for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<std::byte>((i * 31 + seed * 7 + i / 251) & 0xff);
+    for (std::size_t i = 0; i < s.size(); ++i)
+        s[i] = static_cast<std::byte>((i * 31 + seed * 7 + i / 251) & 0xff);
 }
 
 } // namespace test

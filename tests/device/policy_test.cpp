@@ -107,9 +107,8 @@ TEST_CASE_TEMPLATE("policy: RDMA READ and gathered/scattered lists on RC", C, RC
     test::buffer local(lb.pd, 4096), remote(lb.pd, 4096);
     test::fill_pattern(remote.bytes_, 8);
     auto const l = local.span();
-    lb.a.post(rx::read{rx::gather(l.subspan(0, 100), l.subspan(1000, 200), l.subspan(3000, 50)),
-                       remote.mr.remote()}
-                  .id(3));
+    lb.a.post(
+        rx::read{rx::gather(l.subspan(0, 100), l.subspan(1000, 200), l.subspan(3000, 50)), remote.mr.remote()}.id(3));
     CHECK(wait_ok(lb.cq_a).opcode() == IBV_WC_RDMA_READ);
     CHECK(std::memcmp(local.bytes_.data(), remote.bytes_.data(), 100) == 0);
     CHECK(std::memcmp(local.bytes_.data() + 1000, remote.bytes_.data() + 100, 200) == 0);
@@ -137,12 +136,12 @@ TEST_CASE_TEMPLATE("policy: atomics compare-and-swap and fetch-and-add on RC", C
     auto const result = result_mr.template span<std::uint64_t>();
     target_mem[1] = 100;
 
-    lb.a.post(rx::compare_swap{result.subspan(0, 1), target, 100, 555}.id(1));  // succeeds
+    lb.a.post(rx::compare_swap{result.subspan(0, 1), target, 100, 555}.id(1)); // succeeds
     CHECK(wait_ok(lb.cq_a).opcode() == IBV_WC_COMP_SWAP);
     CHECK(result_mem[0] == 100);
     CHECK(target_mem[1] == 555);
 
-    lb.a.post(rx::compare_swap{result.subspan(1, 1), target, 100, 777}.id(2));  // fails: 555 != 100
+    lb.a.post(rx::compare_swap{result.subspan(1, 1), target, 100, 777}.id(2)); // fails: 555 != 100
     CHECK(wait_ok(lb.cq_a).wr_id() == 2);
     CHECK(result_mem[1] == 555);
     CHECK(target_mem[1] == 555);
@@ -154,8 +153,9 @@ TEST_CASE_TEMPLATE("policy: atomics compare-and-swap and fetch-and-add on RC", C
     CHECK(target_mem[0] == 0);
     CHECK(target_mem[2] == 0);
 
-    CHECK_THROWS_AS(rx::fetch_add(result.subspan(3, 1), rx::remote_span<std::uint64_t>{target.address() + 4, 1, target.rkey()}, 1),
-                    rx::argument_error);
+    CHECK_THROWS_AS(
+        rx::fetch_add(result.subspan(3, 1), rx::remote_span<std::uint64_t>{target.address() + 4, 1, target.rkey()}, 1),
+        rx::argument_error);
 }
 
 TEST_CASE_TEMPLATE("policy: UD send and send_imm through an address handle", Completion, ALL_COMPLETIONS) {
@@ -205,9 +205,9 @@ TEST_CASE_TEMPLATE("policy: chains of 1, 4, 16 and 64 requests, one doorbell eac
         test::fill_pattern(src.bytes_, static_cast<unsigned>(len));
         std::vector<rx::write<>> chain;
         for (std::size_t i = 0; i < len; ++i)
-            chain.push_back(rx::write{src.span().subspan(i * 64, 64), dst.mr.remote().subspan(i * 64, 64)}
-                                .id(i)
-                                .signaled(i + 1 == len));
+            chain.push_back(
+                rx::write{src.span().subspan(i * 64, 64), dst.mr.remote().subspan(i * 64, 64)}.id(i).signaled(i + 1 ==
+                                                                                                              len));
         lb.a.post(std::span<rx::write<> const>{chain});
         CHECK(wait_ok(lb.cq_a).wr_id() == len - 1);
         CHECK(std::memcmp(src.bytes_.data(), dst.bytes_.data(), len * 64) == 0);
@@ -227,7 +227,7 @@ TEST_CASE("policy: selective signaling streams 100,000 writes without overrunnin
     rx::selective_signaling stream(lb.a, lb.cq_a, 32);
     constexpr std::uint64_t total = 100000;
     for (std::uint64_t i = 0; i < total; ++i) {
-        std::memcpy(src.bytes_.data(), &i, sizeof i);  // inline: the buffer is free again on return
+        std::memcpy(src.bytes_.data(), &i, sizeof i); // inline: the buffer is free again on return
         stream.post(rx::write{src.span().first(8), dst.mr.remote()}.inlined().id(i));
     }
     stream.finish();
@@ -255,7 +255,8 @@ TEST_CASE_TEMPLATE("policy: a shared receive queue serves several QPs", Completi
         receivers[i].connect(port, senders[i].local_endpoint(port));
     }
     test::buffer src(pd, 64), dst(pd, 64 * 6);
-    for (std::uint64_t k = 0; k < 6; ++k) srq.post_recv(rx::recv{dst.span().subspan(k * 64, 64)}.id(k));
+    for (std::uint64_t k = 0; k < 6; ++k)
+        srq.post_recv(rx::recv{dst.span().subspan(k * 64, 64)}.id(k));
     srq.arm_limit(2);
     CHECK(srq.limit() == 2);
     for (std::size_t i = 0; i < 3; ++i) {
@@ -267,9 +268,10 @@ TEST_CASE_TEMPLATE("policy: a shared receive queue serves several QPs", Completi
     for (int k = 0; k < 3; ++k) {
         auto const wc = wait_ok(recv_cq);
         from.push_back(wc.qp_num());
-        CHECK(dst.bytes_[wc.wr_id() * 64] == static_cast<std::byte>(0x40 + k));  // in order, one each
+        CHECK(dst.bytes_[wc.wr_id() * 64] == static_cast<std::byte>(0x40 + k)); // in order, one each
     }
-    for (std::size_t i = 0; i < 3; ++i) CHECK(from[i] == receivers[i].qp_num());
+    for (std::size_t i = 0; i < 3; ++i)
+        CHECK(from[i] == receivers[i].qp_num());
 }
 
 TEST_CASE_TEMPLATE("policy: an event-driven or adaptive waiter sleeps until another thread posts", Completion,
@@ -326,7 +328,7 @@ TEST_CASE("policy: RNR retry exhaustion surfaces as IBV_WC_RNR_RETRY_EXC_ERR") {
     opt.min_rnr_timer = 1;
     test::loopback<rx::rc, rx::busy_poll> lb{{}, opt};
     test::buffer src(lb.pd, 64);
-    lb.a.post(rx::send{src.span()}.id(5));  // b has no receive posted
+    lb.a.post(rx::send{src.span()}.id(5)); // b has no receive posted
     auto const wc = lb.cq_a.wait_one();
     CHECK(wc.status() == IBV_WC_RNR_RETRY_EXC_ERR);
     CHECK(wc.wr_id() == 5);
@@ -336,7 +338,8 @@ TEST_CASE("policy: RNR retry exhaustion surfaces as IBV_WC_RNR_RETRY_EXC_ERR") {
 TEST_CASE("policy: moving a QP to ERR flushes every outstanding request") {
     test::loopback<rx::rc, rx::busy_poll> lb;
     test::buffer dst(lb.pd, 64 * 8);
-    for (std::uint64_t k = 0; k < 8; ++k) lb.b.post_recv(rx::recv{dst.span().subspan(k * 64, 64)}.id(100 + k));
+    for (std::uint64_t k = 0; k < 8; ++k)
+        lb.b.post_recv(rx::recv{dst.span().subspan(k * 64, 64)}.id(100 + k));
     lb.b.to_error();
     CHECK(lb.b.state() == IBV_QPS_ERR);
     std::vector<std::uint64_t> flushed;
@@ -345,13 +348,15 @@ TEST_CASE("policy: moving a QP to ERR flushes every outstanding request") {
         CHECK(wc.status() == IBV_WC_WR_FLUSH_ERR);
         flushed.push_back(wc.wr_id());
     }
-    for (std::uint64_t k = 0; k < 8; ++k) CHECK(flushed[k] == 100 + k);
+    for (std::uint64_t k = 0; k < 8; ++k)
+        CHECK(flushed[k] == 100 + k);
     CHECK(lb.cq_b.poll<4>().empty());
 }
 
 TEST_CASE_TEMPLATE("policy: the extended post API (ibv_wr_*) carries every operation of its transport", Completion,
                    rx::busy_poll, rx::event_driven) {
-    test::loopback<rx::rc, Completion, rx::extended_post> lb{rx::qp_capabilities{.max_send_sge = 2, .max_inline_data = 64}};
+    test::loopback<rx::rc, Completion, rx::extended_post> lb{
+        rx::qp_capabilities{.max_send_sge = 2, .max_inline_data = 64}};
     test::buffer src(lb.pd, 4096), dst(lb.pd, 4096), sink(lb.pd, 4096);
     test::fill_pattern(src.bytes_, 21);
     // send with immediate (one span: rdma-core 44's rxe miscounts multi-entry ibv_wr_set_sge_list)
@@ -378,16 +383,19 @@ TEST_CASE_TEMPLATE("policy: the extended post API (ibv_wr_*) carries every opera
     std::vector<std::uint64_t> target(1, 40), result(2, 0);
     auto tmr = lb.pd.register_memory(std::span{target}, rx::all_remote);
     auto rmr = lb.pd.register_memory(std::span{result}, rx::access::local_write);
-    lb.a.post(rx::fetch_add{rmr.template span<std::uint64_t>().first(1), tmr.template remote<std::uint64_t>(), 2}.id(6),
-              rx::compare_swap{rmr.template span<std::uint64_t>().last(1), tmr.template remote<std::uint64_t>(), 42, 9}.id(7));
+    lb.a.post(
+        rx::fetch_add{rmr.template span<std::uint64_t>().first(1), tmr.template remote<std::uint64_t>(), 2}.id(6),
+        rx::compare_swap{rmr.template span<std::uint64_t>().last(1), tmr.template remote<std::uint64_t>(), 42, 9}.id(
+            7));
     CHECK(wait_ok(lb.cq_a).wr_id() == 6);
     CHECK(wait_ok(lb.cq_a).wr_id() == 7);
     CHECK(result[0] == 40);
     CHECK(result[1] == 42);
     CHECK(target[0] == 9);
     // inline over the limit is still refused before anything is posted
-    CHECK_THROWS_AS(lb.a.post(rx::write{src.span().first(lb.a.capabilities().max_inline_data + 1), dst.mr.remote()}.inlined()),
-                    rx::argument_error);
+    CHECK_THROWS_AS(
+        lb.a.post(rx::write{src.span().first(lb.a.capabilities().max_inline_data + 1), dst.mr.remote()}.inlined()),
+        rx::argument_error);
 }
 
 TEST_CASE("policy: the extended post API on UD and UC") {
@@ -414,7 +422,8 @@ TEST_CASE("policy: the extended post API on UD and UC") {
     test::fill_pattern(usrc.bytes_, 5);
     std::vector<rx::write<>> writes;
     for (std::size_t i = 0; i < 8; ++i)
-        writes.push_back(rx::write{usrc.span().subspan(i * 64, 64), udst.mr.remote().subspan(i * 64, 64)}.id(i).signaled(i == 7));
+        writes.push_back(
+            rx::write{usrc.span().subspan(i * 64, 64), udst.mr.remote().subspan(i * 64, 64)}.id(i).signaled(i == 7));
     uc.a.post(std::span<rx::write<> const>{writes});
     CHECK(wait_ok(uc.cq_a).wr_id() == 7);
     CHECK(std::memcmp(usrc.bytes_.data(), udst.bytes_.data(), 512) == 0);

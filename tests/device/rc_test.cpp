@@ -75,7 +75,7 @@ TEST_CASE("several requests posted together go out as one chain and complete in 
               rx::write{l.subspan(1024, 1024), r.subspan(1024, 1024)}.id(2).unsignaled(),
               rx::write{l.subspan(2048, 2048), r.subspan(2048, 2048)}.id(3));
     auto const wc = wait_ok(lb.cq_a);
-    CHECK(wc.wr_id() == 3);  // the unsignaled ones complete silently
+    CHECK(wc.wr_id() == 3); // the unsignaled ones complete silently
     CHECK(std::memcmp(local.bytes_.data(), remote.bytes_.data(), 4096) == 0);
     CHECK(lb.cq_a.poll<4>().empty());
 }
@@ -143,7 +143,7 @@ TEST_CASE("a wrong state transition names the transition and the attribute mask"
     rx::queue_pair<rx::rc, rx::busy_poll> qp(pd, cq, cq);
     CHECK(qp.state() == IBV_QPS_RESET);
     try {
-        qp.to_rts();  // RESET -> RTS skips INIT and RTR
+        qp.to_rts(); // RESET -> RTS skips INIT and RTR
         FAIL("RESET -> RTS was accepted");
     } catch (rx::sys_error const& e) {
         std::string const what = e.what();

@@ -53,8 +53,8 @@ TEST_CASE("async: async_error carries the event type as an error_code and dumps 
     CHECK(e.event_type() == IBV_EVENT_QP_ACCESS_ERR);
     CHECK(e.qp_num() == 17);
     CHECK(e.port_num() == 0);
-    CHECK(std::string{e.what()} ==
-          "asynchronous event \"local access violation work queue error\" on rxe0 for QP 17 (local access violation work queue error)");
+    CHECK(std::string{e.what()} == "asynchronous event \"local access violation work queue error\" on rxe0 for QP 17 "
+                                   "(local access violation work queue error)");
     e.push_context("Failed serving client 198.18.0.2");
     std::ostringstream l0, l1, l2;
     e.dump_detailed(l0, "E:", 0);
@@ -94,7 +94,7 @@ TEST_CASE("async: a port event names its port and device, acknowledges itself an
     CHECK(ev.to_string() == "port error on fake0 for port 1");
     CHECK_NOTHROW(ev.raise_if_error());
     rx::async_event moved = std::move(ev);
-    CHECK_FALSE(ev.pending());  // NOLINT(bugprone-use-after-move): the moved-from event is inert
+    CHECK_FALSE(ev.pending()); // NOLINT(bugprone-use-after-move): the moved-from event is inert
     CHECK(moved.pending());
     moved.ack();
     CHECK_FALSE(moved.pending());
@@ -117,5 +117,5 @@ TEST_CASE("async: a port event names its port and device, acknowledges itself an
 TEST_CASE("async: route errors name the chosen GID through end_port::describe and gid_entry::to_string") {
     rx::gid_entry e{1, rx::gid::parse("::ffff:198.18.0.1"), rx::gid_type::roce_v2, 0};
     CHECK(e.to_string() == "[1] ::ffff:198.18.0.1 RoCE v2");
-    CHECK_FALSE(e.netdev_up());  // no network device
+    CHECK_FALSE(e.netdev_up()); // no network device
 }

@@ -44,10 +44,12 @@ TEST_CASE("cm: failure events become the matching error type with status, reason
         e.dump_detailed(os, "E:", 2);
         CHECK(os.str().find("event: rejected") != std::string::npos);
     }
-    CHECK_THROWS_AS(rdmacxx::detail::throw_cm_event(cm::event_type::unreachable, -ETIMEDOUT, "x"), cm::unreachable_error);
+    CHECK_THROWS_AS(rdmacxx::detail::throw_cm_event(cm::event_type::unreachable, -ETIMEDOUT, "x"),
+                    cm::unreachable_error);
     CHECK_THROWS_AS(rdmacxx::detail::throw_cm_event(cm::event_type::addr_error, -ETIMEDOUT, "x"), cm::address_error);
     CHECK_THROWS_AS(rdmacxx::detail::throw_cm_event(cm::event_type::route_error, -ETIMEDOUT, "x"), cm::route_error);
-    CHECK_THROWS_AS(rdmacxx::detail::throw_cm_event(cm::event_type::connect_error, -ECONNRESET, "x"), cm::connect_error);
+    CHECK_THROWS_AS(rdmacxx::detail::throw_cm_event(cm::event_type::connect_error, -ECONNRESET, "x"),
+                    cm::connect_error);
     auto const nr = thrown(cm::event_type::addr_error, -ENETUNREACH);
     REQUIRE(nr != nullptr);
     CHECK(dynamic_cast<cm::route_not_found_error*>(nr.get()) != nullptr);

@@ -12,10 +12,10 @@ TEST_CASE("end_port: valid descriptions parse to their form, table-driven") {
     struct row {
         char const* text;
         form kind;
-        char const* device;   // device name, "" when none
-        unsigned port;        // port, 0 when none
-        char const* gid;      // canonical GID text, "" when not a GID
-        std::uint64_t guid;   // GUID value, 0 when not a GUID
+        char const* device; // device name, "" when none
+        unsigned port;      // port, 0 when none
+        char const* gid;    // canonical GID text, "" when not a GID
+        std::uint64_t guid; // GUID value, 0 when not a GUID
     };
     row const rows[] = {
         {"", form::any, "", 0, "", 0},
@@ -24,7 +24,7 @@ TEST_CASE("end_port: valid descriptions parse to their form, table-driven") {
         {"ibp1s0f1", form::device, "ibp1s0f1", 0, "", 0},
         {"roce-dev.2", form::device, "roce-dev.2", 0, "", 0},
         {"A", form::device, "A", 0, "", 0},
-        {"abcd", form::device, "abcd", 0, "", 0},  // hex-looking, but no 0x and no colon: a name
+        {"abcd", form::device, "abcd", 0, "", 0}, // hex-looking, but no 0x and no colon: a name
         {"rxe0/1", form::device_port, "rxe0", 1, "", 0},
         {"mlx5_0/2", form::device_port, "mlx5_0", 2, "", 0},
         {"mlx4_0/255", form::device_port, "mlx4_0", 255, "", 0},
@@ -49,8 +49,10 @@ TEST_CASE("end_port: valid descriptions parse to their form, table-driven") {
         CHECK(d.text() == r.text);
         CHECK(d.device_name() == r.device);
         CHECK(d.port_num() == r.port);
-        if (r.kind == form::gid) CHECK(d.gid().to_string() == r.gid);
-        else CHECK(d.gid().is_zero());
+        if (r.kind == form::gid)
+            CHECK(d.gid().to_string() == r.gid);
+        else
+            CHECK(d.gid().is_zero());
         CHECK(d.guid().value() == r.guid);
         rx::end_port_description out;
         CHECK(rx::end_port_description::try_parse(r.text, out));
@@ -61,7 +63,7 @@ TEST_CASE("end_port: valid descriptions parse to their form, table-driven") {
 TEST_CASE("end_port: malformed descriptions are refused, quoting the text and saying what is wrong") {
     struct row {
         char const* text;
-        char const* why;  // a piece of the reason
+        char const* why; // a piece of the reason
     };
     row const rows[] = {
         {"rxe0/", "port number after '/' is missing"},
@@ -94,14 +96,14 @@ TEST_CASE("end_port: malformed descriptions are refused, quoting the text and sa
         {"fe80::1%eth0", "neither a GID"},
         {"198.18.0.1:1", "neither a GID"},
         {"rxe0:1", "neither a GID"},
-        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "longer than 63"},  // 64
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "longer than 63"}, // 64
     };
     for (auto const& r : rows) {
         std::string const text = r.text;
         CAPTURE(text);
         rx::end_port_description out = rx::end_port_description::parse("rxe0/1");
         CHECK_FALSE(rx::end_port_description::try_parse(text, out));
-        CHECK(out.kind() == form::device_port);  // left alone
+        CHECK(out.kind() == form::device_port); // left alone
         try {
             (void)rx::end_port_description::parse(text);
             FAIL("parse accepted malformed text");

@@ -35,8 +35,9 @@ TEST_CASE("local_span narrows within itself and refuses to leave") {
     CHECK_THROWS_AS((void)s.last(17), rx::argument_error);
     CHECK_THROWS_AS((void)s.subspan(17), rx::argument_error);
     CHECK_THROWS_AS((void)s.subspan(10, 7), rx::argument_error);
-    CHECK_THROWS_WITH_AS((void)s.subspan(10, 7), "local_span::subspan: elements [10, 10 + 7) are outside a span of 16 "
-                                                 "elements (Invalid argument)",
+    CHECK_THROWS_WITH_AS((void)s.subspan(10, 7),
+                         "local_span::subspan: elements [10, 10 + 7) are outside a span of 16 "
+                         "elements (Invalid argument)",
                          rx::argument_error);
 }
 

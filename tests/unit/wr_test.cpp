@@ -10,11 +10,13 @@
 namespace rx = rdmacxx;
 
 // Compile-time legality: what each transport may post.
-static_assert(rx::postable_on<rx::send<>, rx::rc> && rx::postable_on<rx::send<>, rx::uc> && rx::postable_on<rx::send<>, rx::ud>);
+static_assert(rx::postable_on<rx::send<>, rx::rc> && rx::postable_on<rx::send<>, rx::uc> &&
+              rx::postable_on<rx::send<>, rx::ud>);
 static_assert(rx::postable_on<rx::send_imm<>, rx::ud>);
 static_assert(rx::postable_on<rx::write<>, rx::rc> && rx::postable_on<rx::write<>, rx::uc>);
 static_assert(!rx::postable_on<rx::write<>, rx::ud> && !rx::postable_on<rx::write_imm<>, rx::ud>);
-static_assert(rx::postable_on<rx::read<>, rx::rc> && !rx::postable_on<rx::read<>, rx::uc> && !rx::postable_on<rx::read<>, rx::ud>);
+static_assert(rx::postable_on<rx::read<>, rx::rc> && !rx::postable_on<rx::read<>, rx::uc> &&
+              !rx::postable_on<rx::read<>, rx::ud>);
 static_assert(rx::postable_on<rx::compare_swap, rx::rc> && !rx::postable_on<rx::compare_swap, rx::uc>);
 static_assert(rx::postable_on<rx::fetch_add, rx::rc> && !rx::postable_on<rx::fetch_add, rx::ud>);
 static_assert(!rx::postable_on<rx::recv<>, rx::rc>);

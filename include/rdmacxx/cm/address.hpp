@@ -40,8 +40,7 @@ public:
         addrinfo* res = nullptr;
         std::string const service = std::to_string(port);
         if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0 || res == nullptr)
-            throw address_error(std::nullopt, -EADDRNOTAVAIL,
-                                "resolving host \"" + host + "\": " + ::gai_strerror(rc));
+            throw address_error(std::nullopt, -EADDRNOTAVAIL, "resolving host \"" + host + "\": " + ::gai_strerror(rc));
         address a{res->ai_addr, res->ai_addrlen};
         ::freeaddrinfo(res);
         return a;
@@ -99,9 +98,13 @@ public:
 
 private:
     template <class T>
-    T& as() noexcept { return *reinterpret_cast<T*>(&storage_); }
+    T& as() noexcept {
+        return *reinterpret_cast<T*>(&storage_);
+    }
     template <class T>
-    T const& as() const noexcept { return *reinterpret_cast<T const*>(&storage_); }
+    T const& as() const noexcept {
+        return *reinterpret_cast<T const*>(&storage_);
+    }
 
     sockaddr_storage storage_{};
 };

@@ -31,12 +31,12 @@ namespace cm {
 
 /// Settings of the flows: queue sizes, connection parameters and the timeouts of every wait.
 struct connection_options {
-    qp_capabilities caps{};                            ///< the queue pair's queues
-    int cq_entries = 256;                              ///< entries of the connection's CQ
-    connection_parameters params{};                    ///< private data and RC settings sent
-    std::chrono::milliseconds resolve_timeout{2000};   ///< address and route resolution, each
-    std::chrono::milliseconds event_timeout{10000};    ///< any other awaited event
-    std::optional<address> source{};                   ///< local address to connect from
+    qp_capabilities caps{};                          ///< the queue pair's queues
+    int cq_entries = 256;                            ///< entries of the connection's CQ
+    connection_parameters params{};                  ///< private data and RC settings sent
+    std::chrono::milliseconds resolve_timeout{2000}; ///< address and route resolution, each
+    std::chrono::milliseconds event_timeout{10000};  ///< any other awaited event
+    std::optional<address> source{};                 ///< local address to connect from
 };
 
 namespace detail {
@@ -47,11 +47,12 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
                     std::optional<event_type> ignore = std::nullopt) {
     auto const deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-        auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        auto const left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         auto e = channel.get(left.count() > 0 ? left : std::chrono::milliseconds{0});
         if (!e) [[unlikely]]
-            throw timeout_error("no " + std::string{to_string(want)} + " event within " + std::to_string(timeout.count()) +
-                                " ms while " + what);
+            throw timeout_error("no " + std::string{to_string(want)} + " event within " +
+                                std::to_string(timeout.count()) + " ms while " + what);
         if (e->type() == want && e->status() == 0) return std::move(*e);
         if (ignore && e->type() == *ignore) continue;
         e->throw_if_failed(what);
@@ -127,33 +128,22 @@ public:
 
     /// UD: the address handle of the peer (active side: from `established`; passive side: after
     /// `reply_to`). Null before.
-    [[nodiscard]] address_handle const* peer_ah() const noexcept
-        requires(!Transport::connected)
-    {
+    [[nodiscard]] address_handle const* peer_ah() const noexcept requires(!Transport::connected) {
         return peer_ah_.get();
     }
     /// UD: the peer's QP number.
-    [[nodiscard]] std::uint32_t peer_qpn() const noexcept
-        requires(!Transport::connected)
-    {
-        return peer_ud_.qp_num;
-    }
+    [[nodiscard]] std::uint32_t peer_qpn() const noexcept requires(!Transport::connected) { return peer_ud_.qp_num; }
     /// UD: the Q_Key to send to the peer with.
-    [[nodiscard]] std::uint32_t peer_qkey() const noexcept
-        requires(!Transport::connected)
-    {
-        return peer_ud_.qkey;
-    }
+    [[nodiscard]] std::uint32_t peer_qkey() const noexcept requires(!Transport::connected) { return peer_ud_.qkey; }
     /// UD: makes the sender of the datagram `wc` (received into `buffer`, whose first 40 bytes are
     /// the GRH) the peer: address handle from the completion, its source QPN, the CM's Q_Key.
     /// @throws sys_error when ibv_init_ah_from_wc(3) or ibv_create_ah(3) fails.
-    void reply_to(work_completion const& wc, std::span<std::byte const> buffer)
-        requires(!Transport::connected)
-    {
+    void reply_to(work_completion const& wc, std::span<std::byte const> buffer) requires(!Transport::connected) {
         ibv_ah_attr attr{};
         ibv_wc copy = wc.native();
-        if (int rc = ::ibv_init_ah_from_wc(pd_->context().native_handle(), id_.port_num(), &copy,
-                                           const_cast<ibv_grh*>(reinterpret_cast<ibv_grh const*>(buffer.data())), &attr);
+        if (int rc =
+                ::ibv_init_ah_from_wc(pd_->context().native_handle(), id_.port_num(), &copy,
+                                      const_cast<ibv_grh*>(reinterpret_cast<ibv_grh const*>(buffer.data())), &attr);
             rc != 0) [[unlikely]]
             rdmacxx::detail::throw_sys(rc < 0 ? -rc : rc, "ibv_init_ah_from_wc");
         peer_ah_ = std::make_unique<address_handle>(*pd_, attr);
@@ -165,9 +155,8 @@ public:
     /// (both sides see it). A second call, or a call after the peer disconnected, does nothing.
     /// @throws sys_error when rdma_disconnect(3) fails; timeout_error when `disconnected` does not
     ///         come in time.
-    void disconnect(std::chrono::milliseconds timeout = std::chrono::milliseconds{10000})
-        requires(Transport::connected)
-    {
+    void disconnect(std::chrono::milliseconds timeout = std::chrono::milliseconds{
+                        10000}) requires(Transport::connected) {
         if (state_ != connection_state::established) return;
         id_.disconnect();
         state_ = connection_state::disconnected;
@@ -178,12 +167,11 @@ public:
     /// With its own channel: waits up to `timeout` for the peer to disconnect, then answers it
     /// (rdma_disconnect(3)); true when it did, false when the timeout passed.
     /// @throws cm_error for another event; sys_error when the channel fails.
-    [[nodiscard]] bool wait_disconnected(std::chrono::milliseconds timeout)
-        requires(Transport::connected)
-    {
+    [[nodiscard]] bool wait_disconnected(std::chrono::milliseconds timeout) requires(Transport::connected) {
         if (state_ == connection_state::disconnected) return true;
         try {
-            (void)detail::expect(*channel_, event_type::disconnected, timeout, "waiting for " + peer_name() + " to disconnect");
+            (void)detail::expect(*channel_, event_type::disconnected, timeout,
+                                 "waiting for " + peer_name() + " to disconnect");
         } catch (timeout_error const&) {
             return false;
         }
@@ -197,10 +185,17 @@ public:
     /// @throws the matching `cm_error` for a failure event.
     void handle(event const& e) {
         switch (e.type()) {
-        case event_type::established: state_ = connection_state::established; return;
-        case event_type::disconnected: peer_disconnected(); return;
-        case event_type::timewait_exit: return;
-        default: e.throw_if_failed("on the connection with " + peer_name()); return;
+        case event_type::established:
+            state_ = connection_state::established;
+            return;
+        case event_type::disconnected:
+            peer_disconnected();
+            return;
+        case event_type::timewait_exit:
+            return;
+        default:
+            e.throw_if_failed("on the connection with " + peer_name());
+            return;
         }
     }
 
@@ -213,8 +208,7 @@ private:
     friend class connect_request;
 
     connection(std::unique_ptr<event_channel> channel, cm::id&& cm_id, int cq_entries)
-        : channel_(std::move(channel)), id_(std::move(cm_id)),
-          pd_(std::make_unique<protection_domain>(id_.context())),
+        : channel_(std::move(channel)), id_(std::move(cm_id)), pd_(std::make_unique<protection_domain>(id_.context())),
           cq_(std::make_unique<completion_queue<Completion>>(id_.context(), cq_entries)) {}
 
     // The peer disconnected: answer its DREQ at once (rdma_disconnect sends the DREP and moves the
@@ -255,7 +249,8 @@ private:
 ///         (TCP) or 180 (UDP), before anything is sent; sys_error when a verb fails.
 /// @see rdma_resolve_addr(3), rdma_resolve_route(3), rdma_create_qp(3), rdma_connect(3)
 template <transport Transport, completion_strategy Completion>
-[[nodiscard]] connection<Transport, Completion> connect(address const& destination, connection_options const& opt = {}) {
+[[nodiscard]] connection<Transport, Completion> connect(address const& destination,
+                                                        connection_options const& opt = {}) {
     check_private_data(opt.params.private_data, private_data_message::connect, port_space_for<Transport>);
     std::string const what = "connecting to " + destination.to_string();
     auto channel = std::make_unique<event_channel>();
@@ -328,8 +323,7 @@ public:
         before_accept(c);
         c.id_.accept(opt.params);
         if constexpr (Transport::connected) {
-            (void)detail::expect(*c.channel_, event_type::established, opt.event_timeout,
-                                 "accepting " + c.peer_name());
+            (void)detail::expect(*c.channel_, event_type::established, opt.event_timeout, "accepting " + c.peer_name());
         }
         c.state_ = connection_state::established;
         return c;

@@ -27,34 +27,62 @@ namespace cm {
 /// "reject reason N" for a value the table does not name. Constant time, no allocation.
 [[nodiscard]] constexpr char const* reject_reason_name(int reason) noexcept {
     switch (reason) {
-    case 1: return "no QP available";
-    case 2: return "no EE context available";
-    case 3: return "no resources available";
-    case 4: return "timeout";
-    case 5: return "unsupported request";
-    case 6: return "invalid communication ID";
-    case 7: return "invalid communication instance";
-    case 8: return "invalid service ID";
-    case 9: return "invalid transport service type";
-    case 10: return "stale connection";
-    case 11: return "RDC does not exist";
-    case 12: return "invalid GID";
-    case 13: return "invalid LID";
-    case 14: return "invalid SL";
-    case 15: return "invalid traffic class";
-    case 16: return "invalid hop limit";
-    case 17: return "invalid packet rate";
-    case 24: return "port CM redirect";
-    case 25: return "port redirect";
-    case 26: return "invalid MTU";
-    case 27: return "insufficient responder resources";
-    case 28: return "consumer defined";
-    case 29: return "invalid RNR retry";
-    case 30: return "duplicate local communication ID";
-    case 31: return "invalid class version";
-    case 32: return "invalid flow label";
-    case 33: return "invalid alternate flow label";
-    default: return nullptr;
+    case 1:
+        return "no QP available";
+    case 2:
+        return "no EE context available";
+    case 3:
+        return "no resources available";
+    case 4:
+        return "timeout";
+    case 5:
+        return "unsupported request";
+    case 6:
+        return "invalid communication ID";
+    case 7:
+        return "invalid communication instance";
+    case 8:
+        return "invalid service ID";
+    case 9:
+        return "invalid transport service type";
+    case 10:
+        return "stale connection";
+    case 11:
+        return "RDC does not exist";
+    case 12:
+        return "invalid GID";
+    case 13:
+        return "invalid LID";
+    case 14:
+        return "invalid SL";
+    case 15:
+        return "invalid traffic class";
+    case 16:
+        return "invalid hop limit";
+    case 17:
+        return "invalid packet rate";
+    case 24:
+        return "port CM redirect";
+    case 25:
+        return "port redirect";
+    case 26:
+        return "invalid MTU";
+    case 27:
+        return "insufficient responder resources";
+    case 28:
+        return "consumer defined";
+    case 29:
+        return "invalid RNR retry";
+    case 30:
+        return "duplicate local communication ID";
+    case 31:
+        return "invalid class version";
+    case 32:
+        return "invalid flow label";
+    case 33:
+        return "invalid alternate flow label";
+    default:
+        return nullptr;
     }
 }
 
@@ -98,8 +126,8 @@ public:
     /// @param message       what rdmacxx was doing, e.g. "connecting to 198.18.0.1:7471"
     /// @param private_data  the peer's private data, copied
     /// @param fallback      the errno used when `status` is 0
-    cm_error(std::optional<event_type> type, int status, std::string message,
-             std::vector<std::byte> private_data = {}, int fallback = EIO)
+    cm_error(std::optional<event_type> type, int status, std::string message, std::vector<std::byte> private_data = {},
+             int fallback = EIO)
         : rdmacxx::error(make_cm_error_code(type, status, fallback),
                          (type ? std::string{to_string(*type)} + " event " : std::string{}) + std::move(message)),
           type_(type), status_(status), private_data_(std::move(private_data)) {}
@@ -194,7 +222,7 @@ namespace detail {
 /// Throws the `cm_error` subclass matching a failure event `type` with `status` and the
 /// peer's private data; `what` says what rdmacxx was doing.
 [[noreturn]] RDMACXX_COLD inline void throw_cm_event(cm::event_type type, int status, std::string what,
-                                                        std::vector<std::byte> private_data = {}) {
+                                                     std::vector<std::byte> private_data = {}) {
     switch (type) {
     case cm::event_type::addr_error:
         if (status == -ENETUNREACH || status == -EHOSTUNREACH)
@@ -204,12 +232,16 @@ namespace detail {
         if (status == -ENETUNREACH || status == -EHOSTUNREACH || status == -ENODATA)
             throw cm::route_not_found_error(type, status, std::move(what), std::move(private_data));
         throw cm::route_error(type, status, std::move(what), std::move(private_data));
-    case cm::event_type::unreachable: throw cm::unreachable_error(type, status, std::move(what), std::move(private_data));
-    case cm::event_type::rejected: throw cm::rejected_error(type, status, std::move(what), std::move(private_data));
-    case cm::event_type::connect_error: throw cm::connect_error(type, status, std::move(what), std::move(private_data));
+    case cm::event_type::unreachable:
+        throw cm::unreachable_error(type, status, std::move(what), std::move(private_data));
+    case cm::event_type::rejected:
+        throw cm::rejected_error(type, status, std::move(what), std::move(private_data));
+    case cm::event_type::connect_error:
+        throw cm::connect_error(type, status, std::move(what), std::move(private_data));
     case cm::event_type::device_removal:
         throw cm::device_removed_error(type, status, std::move(what), std::move(private_data), ENODEV);
-    case cm::event_type::multicast_error: throw cm::multicast_error(type, status, std::move(what), std::move(private_data));
+    case cm::event_type::multicast_error:
+        throw cm::multicast_error(type, status, std::move(what), std::move(private_data));
     default:
         throw cm::cm_error(type, status, "unexpected while " + what, std::move(private_data), EPROTO);
     }
@@ -218,7 +250,8 @@ namespace detail {
 /// Throws for a librdmacm call that returned `rc` (-1 + errno, or -errno): an address error
 /// (or `cm::route_not_found_error` for ENETUNREACH / EHOSTUNREACH) for the address calls, otherwise
 /// `sys_error` naming the call.
-[[noreturn]] RDMACXX_COLD inline void throw_cm_call(int rc, char const* call, std::string what, bool address_call = false) {
+[[noreturn]] RDMACXX_COLD inline void throw_cm_call(int rc, char const* call, std::string what,
+                                                    bool address_call = false) {
     int const err = cm_errno(rc);
     if (address_call) {
         if (err == ENETUNREACH || err == EHOSTUNREACH)

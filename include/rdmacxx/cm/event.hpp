@@ -79,7 +79,8 @@ public:
     /// The private data the peer sent, valid until the event is acknowledged; empty when none.
     [[nodiscard]] std::span<std::byte const> private_data() const noexcept {
         void const* p = is_datagram() ? handle_->param.ud.private_data : handle_->param.conn.private_data;
-        std::uint8_t const n = is_datagram() ? handle_->param.ud.private_data_len : handle_->param.conn.private_data_len;
+        std::uint8_t const n =
+            is_datagram() ? handle_->param.ud.private_data_len : handle_->param.conn.private_data_len;
         if (p == nullptr) return {};
         return {static_cast<std::byte const*>(p), n};
     }
@@ -92,8 +93,8 @@ public:
     /// The connection data (meaningful for connected-service `connect_request` and `established`).
     [[nodiscard]] connection_data conn() const noexcept {
         auto const& c = handle_->param.conn;
-        return {c.responder_resources, c.initiator_depth, c.flow_control, c.retry_count, c.rnr_retry_count,
-                c.srq != 0, c.qp_num};
+        return {c.responder_resources, c.initiator_depth, c.flow_control, c.retry_count,
+                c.rnr_retry_count,     c.srq != 0,        c.qp_num};
     }
     /// The datagram data (meaningful for UD `established` and `multicast_join`).
     [[nodiscard]] ud_data ud() const noexcept {
@@ -141,7 +142,8 @@ public:
     /// Creates a channel with a non-blocking descriptor.
     /// @throws sys_error when rdma_create_event_channel(3) or fcntl(2) fails.
     event_channel() : handle_(::rdma_create_event_channel()) {
-        if (!handle_) [[unlikely]] rdmacxx::detail::throw_errno("rdma_create_event_channel");
+        if (!handle_) [[unlikely]]
+            rdmacxx::detail::throw_errno("rdma_create_event_channel");
         int const flags = ::fcntl(handle_->fd, F_GETFL);
         if (flags < 0 || ::fcntl(handle_->fd, F_SETFL, flags | O_NONBLOCK) < 0) [[unlikely]]
             rdmacxx::detail::throw_errno("fcntl", "making the CM event channel non-blocking");
@@ -171,8 +173,8 @@ public:
             if (auto e = try_get()) return e;
             int wait_ms = -1;
             if (timeout.count() >= 0) {
-                auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now());
+                auto const left =
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
                 if (left.count() <= 0) return std::nullopt;
                 wait_ms = static_cast<int>(left.count()) + 1;
             }

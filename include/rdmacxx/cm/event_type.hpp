@@ -36,22 +36,38 @@ enum class event_type : int {
 /// a value outside the enumeration. Constant time, no allocation.
 [[nodiscard]] constexpr char const* to_string(event_type t) noexcept {
     switch (t) {
-    case event_type::addr_resolved: return "addr_resolved";
-    case event_type::addr_error: return "addr_error";
-    case event_type::route_resolved: return "route_resolved";
-    case event_type::route_error: return "route_error";
-    case event_type::connect_request: return "connect_request";
-    case event_type::connect_response: return "connect_response";
-    case event_type::connect_error: return "connect_error";
-    case event_type::unreachable: return "unreachable";
-    case event_type::rejected: return "rejected";
-    case event_type::established: return "established";
-    case event_type::disconnected: return "disconnected";
-    case event_type::device_removal: return "device_removal";
-    case event_type::multicast_join: return "multicast_join";
-    case event_type::multicast_error: return "multicast_error";
-    case event_type::addr_change: return "addr_change";
-    case event_type::timewait_exit: return "timewait_exit";
+    case event_type::addr_resolved:
+        return "addr_resolved";
+    case event_type::addr_error:
+        return "addr_error";
+    case event_type::route_resolved:
+        return "route_resolved";
+    case event_type::route_error:
+        return "route_error";
+    case event_type::connect_request:
+        return "connect_request";
+    case event_type::connect_response:
+        return "connect_response";
+    case event_type::connect_error:
+        return "connect_error";
+    case event_type::unreachable:
+        return "unreachable";
+    case event_type::rejected:
+        return "rejected";
+    case event_type::established:
+        return "established";
+    case event_type::disconnected:
+        return "disconnected";
+    case event_type::device_removal:
+        return "device_removal";
+    case event_type::multicast_join:
+        return "multicast_join";
+    case event_type::multicast_error:
+        return "multicast_error";
+    case event_type::addr_change:
+        return "addr_change";
+    case event_type::timewait_exit:
+        return "timewait_exit";
     }
     return "unknown";
 }
@@ -66,8 +82,10 @@ enum class event_type : int {
     case event_type::unreachable:
     case event_type::rejected:
     case event_type::multicast_error:
-    case event_type::device_removal: return true;
-    default: return false;
+    case event_type::device_removal:
+        return true;
+    default:
+        return false;
     }
 }
 

@@ -51,9 +51,12 @@ enum class private_data_message {
 [[nodiscard]] constexpr std::size_t max_private_data(private_data_message message, port_space ps) noexcept {
     bool const ud = ps == port_space::udp || ps == port_space::ipoib;
     switch (message) {
-    case private_data_message::connect: return ud ? 180 : 56;
-    case private_data_message::accept: return ud ? 136 : 196;
-    case private_data_message::reject: return ud ? 136 : 148;
+    case private_data_message::connect:
+        return ud ? 180 : 56;
+    case private_data_message::accept:
+        return ud ? 136 : 196;
+    case private_data_message::reject:
+        return ud ? 136 : 148;
     }
     return 0;
 }
@@ -89,13 +92,14 @@ struct connection_parameters {
 /// Thread-safety: thread-safe (a mutex guards the table).
 [[nodiscard]] inline rdmacxx::context& verbs_context(ibv_context* verbs) {
     if (verbs == nullptr) [[unlikely]]
-        rdmacxx::detail::throw_argument("the CM id is not bound to an RDMA device yet: bind it or resolve an address first");
+        rdmacxx::detail::throw_argument(
+            "the CM id is not bound to an RDMA device yet: bind it or resolve an address first");
     // Never-destroyed storage: the contexts belong to librdmacm.
     struct borrowed {
         explicit borrowed(ibv_context* c) noexcept : ctx(c) {}
         borrowed(borrowed const&) = delete;
         borrowed& operator=(borrowed const&) = delete;
-        ~borrowed() {}  // NOLINT(modernize-use-equals-default): "= default" would be deleted (union member)
+        ~borrowed() {} // NOLINT(modernize-use-equals-default): "= default" would be deleted (union member)
         union {
             rdmacxx::context ctx;
         };
@@ -126,7 +130,8 @@ public:
         rdma_cm_id* raw = nullptr;
         if (int rc = ::rdma_create_id(channel.native_handle(), &raw, user_context, static_cast<rdma_port_space>(ps));
             rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_create_id", "in port space " + std::to_string(static_cast<int>(ps)));
+            rdmacxx::detail::throw_cm_call(rc, "rdma_create_id",
+                                           "in port space " + std::to_string(static_cast<int>(ps)));
         handle_.reset(raw);
     }
 
@@ -161,8 +166,7 @@ public:
     /// @throws route_not_found_error (ENETUNREACH, EHOSTUNREACH), address_error when the call
     ///         fails at once; sys_error otherwise.
     /// @see rdma_resolve_addr(3)
-    void resolve_address(address destination, std::chrono::milliseconds timeout,
-                         address const* source = nullptr) {
+    void resolve_address(address destination, std::chrono::milliseconds timeout, address const* source = nullptr) {
         address src = source != nullptr ? *source : address{};
         if (int rc = ::rdma_resolve_addr(handle_.get(), source != nullptr ? src.native() : nullptr,
                                          destination.native(), static_cast<int>(timeout.count()));
@@ -188,9 +192,9 @@ public:
     /// @throws sys_error when rdma_create_qp(3) fails.
     /// @see rdma_create_qp(3)
     template <transport Transport, completion_strategy Completion>
-    [[nodiscard]] queue_pair<Transport, Completion> create_qp(protection_domain& pd, completion_queue<Completion>& send_cq,
-                                                              completion_queue<Completion>& recv_cq,
-                                                              qp_capabilities const& caps = {}) {
+    [[nodiscard]] queue_pair<Transport, Completion>
+    create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
+              qp_capabilities const& caps = {}) {
         ibv_qp_init_attr init{};
         init.send_cq = send_cq.native_handle();
         init.recv_cq = recv_cq.native_handle();
@@ -207,7 +211,9 @@ public:
             ibv_port_attr port{};
             if (::ibv_query_port(handle_->verbs, handle_->port_num, &port) == 0) mtu = mtu_bytes(port.active_mtu);
         }
-        return queue_pair<Transport, Completion>{adopt_qp, pd, handle_->qp,
+        return queue_pair<Transport, Completion>{adopt_qp,
+                                                 pd,
+                                                 handle_->qp,
                                                  {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge,
                                                   init.cap.max_recv_sge, init.cap.max_inline_data},
                                                  mtu};
