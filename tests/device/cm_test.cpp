@@ -438,7 +438,11 @@ TEST_SUITE("cm") {
                        << " KiB");
         CHECK(served.load() == warmup + rounds);
         CHECK(fds_after == fds_before);
+        // AddressSanitizer keeps freed memory in quarantine, so RSS grows by design there; in that
+        // build LeakSanitizer checks at exit that nothing was leaked instead.
+#if !defined(__SANITIZE_ADDRESS__)
         CHECK(rss_after - rss_before < 2048); // a leaked PD+CQ+QP per connection would be far more
+#endif
     }
 
     TEST_CASE("cm: one server serves several clients at once from one event channel in an epoll loop") {
