@@ -30,8 +30,9 @@ void bandwidth(benchmark::State& st) {
         auto const m = Twin::make(r.a, src_off, r.b, dst_off, n);
         auto const rb = Twin::make_recv(r.b);
         for (auto _ : st)
-            stream<Twin, 1, Send>(r.a, r.b, m, rb, count, std::min<std::uint32_t>(bw_window, static_cast<std::uint32_t>(count)),
-                                  bw_every, false);
+            stream<Twin, 1, Send>(r.a, r.b, m, rb, count,
+                                  std::min<std::uint32_t>(bw_window, static_cast<std::uint32_t>(count)), bw_every,
+                                  false);
         auto const msgs = static_cast<double>(st.iterations()) * static_cast<double>(count);
         st.SetBytesProcessed(static_cast<std::int64_t>(msgs * static_cast<double>(n)));
         st.counters["msgs"] = benchmark::Counter(msgs, benchmark::Counter::kIsRate);
@@ -43,13 +44,15 @@ template <template <class> class TwinT>
 void add_twin() {
     std::vector<std::int64_t> sizes;
     if (opts().full)
-        for (std::int64_t n = 2; n <= (1 << 20); n *= 4) sizes.push_back(n);
+        for (std::int64_t n = 2; n <= (1 << 20); n *= 4)
+            sizes.push_back(n);
     else
         sizes = {2, 64, 4096, 65536};
     if (sizes.empty() || sizes.back() != (1 << 20)) sizes.push_back(1 << 20);
     for (bool const send : {false, true})
         for (std::int64_t n : sizes) {
-            std::string const name = name_of({"bw", TwinT<rx::busy_poll>::name, send ? "send" : "write", std::to_string(n)});
+            std::string const name =
+                name_of({"bw", TwinT<rx::busy_poll>::name, send ? "send" : "write", std::to_string(n)});
             benchmark::RegisterBenchmark(name.c_str(), send ? bandwidth<TwinT, true> : bandwidth<TwinT, false>)
                 ->Arg(n)
                 ->Unit(benchmark::kMillisecond);

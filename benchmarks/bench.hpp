@@ -28,9 +28,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,8 +45,8 @@ inline constexpr std::size_t region_bytes = std::size_t{4} << 20;
 inline constexpr std::size_t src_off = 0;
 inline constexpr std::size_t dst_off = std::size_t{1} << 20;
 inline constexpr std::size_t read_off = std::size_t{2} << 20;
-inline constexpr std::size_t area_bytes = std::size_t{1} << 20;  // largest message
-inline constexpr std::uint32_t inline_max = 64;                   // max_inline_data asked for
+inline constexpr std::size_t area_bytes = std::size_t{1} << 20; // largest message
+inline constexpr std::uint32_t inline_max = 64;                 // max_inline_data asked for
 inline constexpr std::uint32_t send_depth = 256;
 inline constexpr std::uint32_t recv_depth = 256;
 inline constexpr int cq_entries = 1024;
@@ -54,7 +54,7 @@ inline constexpr int cq_entries = 1024;
 /// Which size lists to register: `reduced` (tools/bench) or `full`.
 struct options {
     bool full = false;
-    std::size_t reg_max = std::size_t{256} << 20;  // largest registration tried
+    std::size_t reg_max = std::size_t{256} << 20; // largest registration tried
 };
 inline options& opts() {
     static options o;
@@ -64,7 +64,8 @@ inline options& opts() {
 /// The device to benchmark: RDMACXX_DEVICE (set by tools/softroce), else the first one.
 inline rx::context open_device() {
     rx::device_list const devices;
-    if (devices.empty()) throw std::runtime_error("no RDMA device (" + devices.describe() + "): run under tools/softroce");
+    if (devices.empty())
+        throw std::runtime_error("no RDMA device (" + devices.describe() + "): run under tools/softroce");
     char const* const name = std::getenv("RDMACXX_DEVICE");
     return (name != nullptr && *name != '\0') ? devices.find(name).open() : devices[0].open();
 }
@@ -80,7 +81,7 @@ struct side {
     rx::queue_pair<rx::rc, Completion> qp;
     std::vector<std::byte> mem;
     rx::memory_region mr;
-    unsigned raw_unacked_s = 0, raw_unacked_r = 0;  // CQ events the raw twin has not acked yet
+    unsigned raw_unacked_s = 0, raw_unacked_r = 0; // CQ events the raw twin has not acked yet
 
     [[nodiscard]] std::byte volatile* at(std::size_t off) { return mem.data() + off; }
 };
@@ -159,8 +160,10 @@ struct lib_twin {
                                              bool inl) {
         auto one = [&](std::size_t j) {
             bool const sig = (first + j + 1) % every == 0;
-            if constexpr (Send) return rx::send{m.local}.id(first + j).signaled(sig).inlined(inl);
-            else return rx::write{m.local, m.remote}.id(first + j).signaled(sig).inlined(inl);
+            if constexpr (Send)
+                return rx::send{m.local}.id(first + j).signaled(sig).inlined(inl);
+            else
+                return rx::write{m.local, m.remote}.id(first + j).signaled(sig).inlined(inl);
         };
         [&]<std::size_t... J>(std::index_sequence<J...>) {
             if constexpr (L <= 16) {
@@ -170,20 +173,23 @@ struct lib_twin {
                 std::array<wr_t, L> const wrs{one(J)...};
                 s.qp.post(std::span<wr_t const>{wrs});
             }
-        }(std::make_index_sequence<L>{});
+        }
+        (std::make_index_sequence<L>{});
     }
 
     /// Takes up to 16 completions from `s`'s send or receive CQ without blocking.
     [[gnu::always_inline]] static std::size_t poll(side_t& s, bool recv_cq) {
         auto const got = (recv_cq ? s.rcq : s.scq).template poll<16>();
         for (rx::work_completion const& wc : got)
-            if (!wc.ok()) [[unlikely]] fail_wc(static_cast<int>(wc.status()), wc.wr_id());
+            if (!wc.ok()) [[unlikely]]
+                fail_wc(static_cast<int>(wc.status()), wc.wr_id());
         return got.size();
     }
     /// Blocks (spinning or sleeping, as the strategy says) for one completion.
     [[gnu::always_inline]] static void wait(side_t& s, bool recv_cq) {
         rx::work_completion const wc = (recv_cq ? s.rcq : s.scq).wait_one();
-        if (!wc.ok()) [[unlikely]] fail_wc(static_cast<int>(wc.status()), wc.wr_id());
+        if (!wc.ok()) [[unlikely]]
+            fail_wc(static_cast<int>(wc.status()), wc.wr_id());
     }
     /// One empty poll of one completion.
     [[gnu::always_inline]] static bool poll_empty(side_t& s) { return s.scq.template poll<1>().empty(); }
@@ -248,7 +254,8 @@ struct raw_twin {
             wr.wr.rdma.rkey = m.rkey;
         }
         ibv_send_wr* bad = nullptr;
-        if (int rc = ::ibv_post_send(s.qp.native_handle(), &wr, &bad); rc != 0) [[unlikely]] fail("ibv_post_send", rc);
+        if (int rc = ::ibv_post_send(s.qp.native_handle(), &wr, &bad); rc != 0) [[unlikely]]
+            fail("ibv_post_send", rc);
     }
     static unsigned flags(bool sig, bool inl) {
         return (sig ? unsigned{IBV_SEND_SIGNALED} : 0U) | (inl ? unsigned{IBV_SEND_INLINE} : 0U);
@@ -277,7 +284,8 @@ struct raw_twin {
         wr.sg_list = &sge;
         wr.num_sge = 1;
         ibv_recv_wr* bad = nullptr;
-        if (int rc = ::ibv_post_recv(s.qp.native_handle(), &wr, &bad); rc != 0) [[unlikely]] fail("ibv_post_recv", rc);
+        if (int rc = ::ibv_post_recv(s.qp.native_handle(), &wr, &bad); rc != 0) [[unlikely]]
+            fail("ibv_post_recv", rc);
     }
 
     template <std::size_t L, bool Send>
@@ -304,15 +312,18 @@ struct raw_twin {
             }
         }
         ibv_send_wr* bad = nullptr;
-        if (int rc = ::ibv_post_send(s.qp.native_handle(), wr, &bad); rc != 0) [[unlikely]] fail("ibv_post_send", rc);
+        if (int rc = ::ibv_post_send(s.qp.native_handle(), wr, &bad); rc != 0) [[unlikely]]
+            fail("ibv_post_send", rc);
     }
 
     [[gnu::always_inline]] static std::size_t poll(side_t& s, bool recv_cq) {
         ibv_wc wc[16];
         int const n = ::ibv_poll_cq((recv_cq ? s.rcq : s.scq).native_handle(), 16, wc);
-        if (n < 0) [[unlikely]] fail("ibv_poll_cq", n);
+        if (n < 0) [[unlikely]]
+            fail("ibv_poll_cq", n);
         for (int i = 0; i < n; ++i)
-            if (wc[i].status != IBV_WC_SUCCESS) [[unlikely]] fail_wc(static_cast<int>(wc[i].status), wc[i].wr_id);
+            if (wc[i].status != IBV_WC_SUCCESS) [[unlikely]]
+                fail_wc(static_cast<int>(wc[i].status), wc[i].wr_id);
         return static_cast<std::size_t>(n);
     }
     [[gnu::always_inline]] static void wait(side_t& s, bool recv_cq) {
@@ -322,7 +333,8 @@ struct raw_twin {
             int n = ::ibv_poll_cq(cq, 1, &wc);
             if constexpr (Completion::uses_channel) {
                 if (n == 0) {
-                    if (int rc = ::ibv_req_notify_cq(cq, 0); rc != 0) [[unlikely]] fail("ibv_req_notify_cq", rc);
+                    if (int rc = ::ibv_req_notify_cq(cq, 0); rc != 0) [[unlikely]]
+                        fail("ibv_req_notify_cq", rc);
                     n = ::ibv_poll_cq(cq, 1, &wc);
                     if (n == 0) {
                         ibv_cq* ev_cq = nullptr;
@@ -330,7 +342,7 @@ struct raw_twin {
                         if (::ibv_get_cq_event(cq->channel, &ev_cq, &ev_ctx) != 0) [[unlikely]]
                             fail("ibv_get_cq_event", errno);
                         unsigned& unacked = recv_cq ? s.raw_unacked_r : s.raw_unacked_s;
-                        if (++unacked == 64) {  // as rdmacxx: acknowledge in batches
+                        if (++unacked == 64) { // as rdmacxx: acknowledge in batches
                             ::ibv_ack_cq_events(ev_cq, unacked);
                             unacked = 0;
                         }
@@ -338,9 +350,11 @@ struct raw_twin {
                     }
                 }
             }
-            if (n < 0) [[unlikely]] fail("ibv_poll_cq", n);
+            if (n < 0) [[unlikely]]
+                fail("ibv_poll_cq", n);
             if (n == 1) {
-                if (wc.status != IBV_WC_SUCCESS) [[unlikely]] fail_wc(static_cast<int>(wc.status), wc.wr_id);
+                if (wc.status != IBV_WC_SUCCESS) [[unlikely]]
+                    fail_wc(static_cast<int>(wc.status), wc.wr_id);
                 return;
             }
         }
@@ -394,7 +408,8 @@ template <class Twin>
 std::size_t replenish(typename Twin::side_t& s, typename Twin::msg const& recv_area) {
     std::size_t total = 0;
     for (std::size_t got = Twin::poll(s, true); got != 0; got = Twin::poll(s, true)) {
-        for (std::size_t i = 0; i < got; ++i) Twin::recv(s, recv_area, i);
+        for (std::size_t i = 0; i < got; ++i)
+            Twin::recv(s, recv_area, i);
         total += got;
     }
     return total;
@@ -425,7 +440,8 @@ void stream(typename Twin::side_t& from, typename Twin::side_t& to, typename Twi
         if constexpr (Send) received += replenish<Twin>(to, recv_area);
     }
     if constexpr (Send)
-        while (received < count) received += replenish<Twin>(to, recv_area);
+        while (received < count)
+            received += replenish<Twin>(to, recv_area);
 }
 
 /// The benchmark name made of `parts` joined by '/' (built by appending: GCC 12's -Wrestrict

@@ -19,7 +19,8 @@ void empty_poll(benchmark::State& st) {
     using Twin = TwinT<rx::busy_poll>;
     auto& r = rig<rx::busy_poll>::get();
     guarded(st, [&] {
-        for (auto _ : st) benchmark::DoNotOptimize(Twin::poll_empty(r.a));
+        for (auto _ : st)
+            benchmark::DoNotOptimize(Twin::poll_empty(r.a));
     });
 }
 
@@ -36,12 +37,13 @@ void drain(benchmark::State& st) {
         double total = 0;
         std::size_t empty = 0;
         for (auto _ : st) {
-            for (std::size_t i = 0; i + 1 < n; ++i) r.a.qp.post(rx::write{src, dst}.id(i));
+            for (std::size_t i = 0; i + 1 < n; ++i)
+                r.a.qp.post(rx::write{src, dst}.id(i));
             tag = tag % 255 + 1;
             r.a.mem[src_off + 7] = static_cast<std::byte>(tag);
             r.a.qp.post(rx::write{src, dst}.id(n));
             while (*landed != static_cast<std::byte>(tag)) {}
-            timespec const pause{0, 200'000};  // 200 µs: the ACK and the completion follow the data
+            timespec const pause{0, 200'000}; // 200 µs: the ACK and the completion follow the data
             nanosleep(&pause, nullptr);
             auto const t0 = clock_type::now();
             std::size_t left = n;
@@ -62,7 +64,8 @@ void drain(benchmark::State& st) {
 template <template <class> class TwinT>
 void add_twin() {
     char const* const twin = TwinT<rx::busy_poll>::name;
-    benchmark::RegisterBenchmark(name_of({"cq", twin, "empty"}).c_str(), empty_poll<TwinT>)->Unit(benchmark::kNanosecond);
+    benchmark::RegisterBenchmark(name_of({"cq", twin, "empty"}).c_str(), empty_poll<TwinT>)
+        ->Unit(benchmark::kNanosecond);
     for (std::int64_t n : {1, 16, 64})
         benchmark::RegisterBenchmark(name_of({"cq", twin, "drain", std::to_string(n)}).c_str(), drain<TwinT>)
             ->Arg(n)

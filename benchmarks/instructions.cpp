@@ -46,7 +46,7 @@ namespace rx = rdmacxx;
 
 namespace {
 
-constexpr std::size_t batch = 64;  // requests per round: fits the queues, a multiple of 16
+constexpr std::size_t batch = 64; // requests per round: fits the queues, a multiple of 16
 
 // The callgrind client requests, kept out of the measured functions' inline expansion.
 [[gnu::noinline]] void collect_toggle() {
@@ -101,10 +101,10 @@ using qp_t = rx::queue_pair<rx::rc, rx::busy_poll>;
 // What every request of a run points at. Both twins copy it into a local before their loop, as
 // a careful programmer posting to the same buffers would: the compiler keeps it in registers.
 struct targets {
-    rx::local_span<std::byte> msg;          // 8 bytes
-    rx::local_span<std::uint64_t> result;   // one atomic result
-    rx::remote_span<std::byte> target;      // 8 bytes at the peer
-    rx::remote_span<std::uint64_t> atomic;  // one 8-byte word at the peer
+    rx::local_span<std::byte> msg;         // 8 bytes
+    rx::local_span<std::uint64_t> result;  // one atomic result
+    rx::remote_span<std::byte> target;     // 8 bytes at the peer
+    rx::remote_span<std::uint64_t> atomic; // one 8-byte word at the peer
 };
 using cq_t = rx::completion_queue<rx::busy_poll>;
 
@@ -114,10 +114,10 @@ struct rig {
     rx::protection_domain pd;
     cq_t cq_a, cq_b;
     qp_t a, b;
-    std::vector<std::uint64_t> local_mem, remote_mem;  // 8-byte aligned
+    std::vector<std::uint64_t> local_mem, remote_mem; // 8-byte aligned
     rx::memory_region local_mr, remote_mr;
     targets t;
-    rx::local_span<std::byte> peer_buf;  // b's receive buffer
+    rx::local_span<std::byte> peer_buf; // b's receive buffer
 
     static rx::context open() {
         rx::device_list const devices;
@@ -165,11 +165,13 @@ struct rig {
     }
     // Receives for `n` incoming messages at b (not measured).
     void peer_receives(std::size_t n) {
-        for (std::size_t i = 0; i < n; ++i) b.post_recv(rx::recv{peer_buf}.id(i));
+        for (std::size_t i = 0; i < n; ++i)
+            b.post_recv(rx::recv{peer_buf}.id(i));
     }
     // b sends `n` messages to a, consuming a's receives (not measured).
     void peer_sends(std::size_t n) {
-        for (std::size_t i = 0; i < n; ++i) b.post(rx::send{peer_buf.first(8)}.id(i));
+        for (std::size_t i = 0; i < n; ++i)
+            b.post(rx::send{peer_buf.first(8)}.id(i));
         drain(cq_b, n);
     }
     // What a batch of `k` needs at the peer before it is posted, and what completes it after.
@@ -186,14 +188,22 @@ struct rig {
 
 template <kind K>
 [[gnu::always_inline]] inline auto typed(targets const& r, std::uint64_t id) {
-    if constexpr (K == kind::send) return rx::send{r.msg}.id(id);
-    else if constexpr (K == kind::send_imm) return rx::send_imm{r.msg, 7}.id(id);
-    else if constexpr (K == kind::write) return rx::write{r.msg, r.target}.id(id);
-    else if constexpr (K == kind::write_imm) return rx::write_imm{r.msg, r.target, 7}.id(id);
-    else if constexpr (K == kind::read) return rx::read{r.msg, r.target}.id(id);
-    else if constexpr (K == kind::compare_swap) return rx::compare_swap{r.result, r.atomic, 0, 0}.id(id);
-    else if constexpr (K == kind::fetch_add) return rx::fetch_add{r.result, r.atomic, 1}.id(id);
-    else return rx::recv{r.msg}.id(id);
+    if constexpr (K == kind::send)
+        return rx::send{r.msg}.id(id);
+    else if constexpr (K == kind::send_imm)
+        return rx::send_imm{r.msg, 7}.id(id);
+    else if constexpr (K == kind::write)
+        return rx::write{r.msg, r.target}.id(id);
+    else if constexpr (K == kind::write_imm)
+        return rx::write_imm{r.msg, r.target, 7}.id(id);
+    else if constexpr (K == kind::read)
+        return rx::read{r.msg, r.target}.id(id);
+    else if constexpr (K == kind::compare_swap)
+        return rx::compare_swap{r.result, r.atomic, 0, 0}.id(id);
+    else if constexpr (K == kind::fetch_add)
+        return rx::fetch_add{r.result, r.atomic, 1}.id(id);
+    else
+        return rx::recv{r.msg}.id(id);
 }
 
 template <kind K, std::size_t L>
@@ -201,9 +211,12 @@ template <kind K, std::size_t L>
     targets const t = r.t;
     for (std::size_t i = 0; i < batch; i += L) {
         [&]<std::size_t... J>(std::index_sequence<J...>) {
-            if constexpr (K == kind::recv) r.a.post_recv(typed<K>(t, i + J)...);
-            else r.a.post(typed<K>(t, i + J)...);
-        }(std::make_index_sequence<L>{});
+            if constexpr (K == kind::recv)
+                r.a.post_recv(typed<K>(t, i + J)...);
+            else
+                r.a.post(typed<K>(t, i + J)...);
+        }
+        (std::make_index_sequence<L>{});
     }
 }
 
@@ -213,7 +226,8 @@ template <std::size_t W>
     while (n > 0) {
         auto const polled = cq.poll<W>();
         for (rx::work_completion const& wc : polled)
-            if (!wc.ok()) [[unlikely]] die("a completion", static_cast<int>(wc.status()));
+            if (!wc.ok()) [[unlikely]]
+                die("a completion", static_cast<int>(wc.status()));
         empty += polled.empty() ? 1U : 0U;
         n -= polled.size();
     }
@@ -223,13 +237,14 @@ template <std::size_t W>
 // --- the raw twin ------------------------------------------------------------------------
 
 template <kind K>
-[[gnu::always_inline]] inline void raw_wr(targets const& r, std::uint64_t id, ibv_sge& sge, ibv_send_wr& wr, ibv_send_wr* next) {
+[[gnu::always_inline]] inline void raw_wr(targets const& r, std::uint64_t id, ibv_sge& sge, ibv_send_wr& wr,
+                                          ibv_send_wr* next) {
     bool const atomic = K == kind::compare_swap || K == kind::fetch_add;
     auto const* local = atomic ? static_cast<void const*>(r.result.data()) : static_cast<void const*>(r.msg.data());
     sge.addr = reinterpret_cast<std::uintptr_t>(local);
     sge.length = 8;
     sge.lkey = r.msg.lkey();
-    wr = ibv_send_wr{};  // as C's memset(&wr, 0, sizeof wr)
+    wr = ibv_send_wr{}; // as C's memset(&wr, 0, sizeof wr)
     wr.wr_id = id;
     wr.next = next;
     wr.sg_list = &sge;
@@ -241,7 +256,9 @@ template <kind K>
         wr.opcode = IBV_WR_SEND_WITH_IMM;
         wr.imm_data = htonl(7);
     } else if constexpr (K == kind::write || K == kind::write_imm || K == kind::read) {
-        wr.opcode = K == kind::write ? IBV_WR_RDMA_WRITE : K == kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.opcode = K == kind::write  ? IBV_WR_RDMA_WRITE
+                    : K == kind::read ? IBV_WR_RDMA_READ
+                                      : IBV_WR_RDMA_WRITE_WITH_IMM;
         if constexpr (K == kind::write_imm) wr.imm_data = htonl(7);
         wr.wr.rdma.remote_addr = r.target.address();
         wr.wr.rdma.rkey = r.target.rkey();
@@ -272,13 +289,16 @@ template <kind K, std::size_t L>
                 wr[j].num_sge = 1;
             }
             ibv_recv_wr* bad = nullptr;
-            if (int rc = ::ibv_post_recv(qp, wr, &bad); rc != 0) [[unlikely]] die("ibv_post_recv", rc);
+            if (int rc = ::ibv_post_recv(qp, wr, &bad); rc != 0) [[unlikely]]
+                die("ibv_post_recv", rc);
         } else {
             ibv_sge sge[L];
             ibv_send_wr wr[L];
-            for (std::size_t j = 0; j < L; ++j) raw_wr<K>(t, i + j, sge[j], wr[j], j + 1 < L ? &wr[j + 1] : nullptr);
+            for (std::size_t j = 0; j < L; ++j)
+                raw_wr<K>(t, i + j, sge[j], wr[j], j + 1 < L ? &wr[j + 1] : nullptr);
             ibv_send_wr* bad = nullptr;
-            if (int rc = ::ibv_post_send(qp, wr, &bad); rc != 0) [[unlikely]] die("ibv_post_send", rc);
+            if (int rc = ::ibv_post_send(qp, wr, &bad); rc != 0) [[unlikely]]
+                die("ibv_post_send", rc);
         }
     }
 }
@@ -289,9 +309,11 @@ template <std::size_t W>
     while (n > 0) {
         ibv_wc wc[W];
         int const got = ::ibv_poll_cq(cq, static_cast<int>(W), wc);
-        if (got < 0) [[unlikely]] die("ibv_poll_cq", -got);
+        if (got < 0) [[unlikely]]
+            die("ibv_poll_cq", -got);
         for (int i = 0; i < got; ++i)
-            if (wc[i].status != IBV_WC_SUCCESS) [[unlikely]] die("a completion", static_cast<int>(wc[i].status));
+            if (wc[i].status != IBV_WC_SUCCESS) [[unlikely]]
+                die("a completion", static_cast<int>(wc[i].status));
         empty += got == 0 ? 1U : 0U;
         n -= static_cast<std::size_t>(got);
     }
@@ -301,7 +323,7 @@ template <std::size_t W>
 // --- the sections ------------------------------------------------------------------------
 
 void settle() {
-    timespec const t{0, 5'000'000};  // 5 ms: the device finishes a batch well within it
+    timespec const t{0, 5'000'000}; // 5 ms: the device finishes a batch well within it
     nanosleep(&t, nullptr);
 }
 
@@ -317,8 +339,10 @@ void post_section(rig& r, char const* name, std::size_t rounds) {
     for (std::size_t round = 0; round < rounds; ++round) {
         r.before(K);
         collect_toggle();
-        if constexpr (Raw) post_raw<K, L>(r);
-        else post_rdmacxx<K, L>(r);
+        if constexpr (Raw)
+            post_raw<K, L>(r);
+        else
+            post_rdmacxx<K, L>(r);
         collect_toggle();
         r.after(K);
         rig::drain(r.cq_a, batch);
@@ -336,8 +360,10 @@ void poll_section(rig& r, char const* name, std::size_t rounds) {
         r.after(K);
         settle();
         collect_toggle();
-        if constexpr (Raw) empty += poll_raw<W>(r.cq_a.native_handle(), batch);
-        else empty += poll_rdmacxx<W>(r.cq_a, batch);
+        if constexpr (Raw)
+            empty += poll_raw<W>(r.cq_a.native_handle(), batch);
+        else
+            empty += poll_rdmacxx<W>(r.cq_a, batch);
         collect_toggle();
     }
     dump_stats(label("poll", name, W, Raw ? "raw" : "rdmacxx", rounds * batch, empty));
@@ -385,7 +411,8 @@ int main(int argc, char** argv) try {
     std::size_t ops = 1024;
     for (int i = 1; i < argc; ++i) {
         std::string const arg = argv[i];
-        if (arg == "-n" && i + 1 < argc) ops = std::strtoul(argv[++i], nullptr, 10);
+        if (arg == "-n" && i + 1 < argc)
+            ops = std::strtoul(argv[++i], nullptr, 10);
         else {
             std::fprintf(stderr, "usage: instructions [-n OPS]\n");
             return 2;
@@ -401,14 +428,30 @@ int main(int argc, char** argv) try {
     empty_section<16, true>(r, 256);
     for (auto const& [k, name] : kinds) {
         switch (k) {
-        case kind::send: run_kind<kind::send>(r, name, rounds); break;
-        case kind::send_imm: run_kind<kind::send_imm>(r, name, rounds); break;
-        case kind::write: run_kind<kind::write>(r, name, rounds); break;
-        case kind::write_imm: run_kind<kind::write_imm>(r, name, rounds); break;
-        case kind::read: run_kind<kind::read>(r, name, rounds); break;
-        case kind::compare_swap: run_kind<kind::compare_swap>(r, name, rounds); break;
-        case kind::fetch_add: run_kind<kind::fetch_add>(r, name, rounds); break;
-        case kind::recv: run_kind<kind::recv>(r, name, rounds); break;
+        case kind::send:
+            run_kind<kind::send>(r, name, rounds);
+            break;
+        case kind::send_imm:
+            run_kind<kind::send_imm>(r, name, rounds);
+            break;
+        case kind::write:
+            run_kind<kind::write>(r, name, rounds);
+            break;
+        case kind::write_imm:
+            run_kind<kind::write_imm>(r, name, rounds);
+            break;
+        case kind::read:
+            run_kind<kind::read>(r, name, rounds);
+            break;
+        case kind::compare_swap:
+            run_kind<kind::compare_swap>(r, name, rounds);
+            break;
+        case kind::fetch_add:
+            run_kind<kind::fetch_add>(r, name, rounds);
+            break;
+        case kind::recv:
+            run_kind<kind::recv>(r, name, rounds);
+            break;
         }
     }
     std::printf("done\n");

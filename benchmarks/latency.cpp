@@ -17,10 +17,14 @@ namespace {
 enum class op { send, write, write_imm, read };
 constexpr char const* op_name(op o) {
     switch (o) {
-    case op::send: return "send";
-    case op::write: return "write";
-    case op::write_imm: return "write_imm";
-    case op::read: return "read";
+    case op::send:
+        return "send";
+    case op::write:
+        return "write";
+    case op::write_imm:
+        return "write_imm";
+    case op::read:
+        return "read";
     }
     return "?";
 }
@@ -52,12 +56,16 @@ void latency(benchmark::State& st) {
         for (auto _ : st) {
             auto const t0 = clock_type::now();
             if constexpr (Op == op::send || Op == op::write_imm) {
-                if constexpr (Op == op::send) Twin::send(r.a, ab, sa.next(), inl, 1);
-                else Twin::write_imm(r.a, ab, sa.next(), inl, 1);
+                if constexpr (Op == op::send)
+                    Twin::send(r.a, ab, sa.next(), inl, 1);
+                else
+                    Twin::write_imm(r.a, ab, sa.next(), inl, 1);
                 Twin::wait(r.b, true);
                 Twin::recv(r.b, rb, 1);
-                if constexpr (Op == op::send) Twin::send(r.b, ba, sb.next(), inl, 2);
-                else Twin::write_imm(r.b, ba, sb.next(), inl, 2);
+                if constexpr (Op == op::send)
+                    Twin::send(r.b, ba, sb.next(), inl, 2);
+                else
+                    Twin::write_imm(r.b, ba, sb.next(), inl, 2);
                 Twin::wait(r.a, true);
                 Twin::recv(r.a, ra, 2);
                 reap<Twin, Completion>(r.a, sa);
@@ -82,8 +90,10 @@ void latency(benchmark::State& st) {
             st.SetIterationTime(s);
             if (samples.size() < samples.capacity()) samples.push_back(s);
         }
-        while (sa.pending != 0) reap<Twin, Completion>(r.a, sa);
-        while (sb.pending != 0) reap<Twin, Completion>(r.b, sb);
+        while (sa.pending != 0)
+            reap<Twin, Completion>(r.a, sa);
+        while (sb.pending != 0)
+            reap<Twin, Completion>(r.b, sb);
         settle_raw_events(r);
         std::sort(samples.begin(), samples.end());
         st.counters["p50_us"] = quantile(samples, 0.5) * 1e6;

@@ -28,7 +28,8 @@ void rate(benchmark::State& st) {
         bool const inl = st.range(1) != 0;
         auto const m = Twin::make(r.a, src_off, r.b, dst_off, 8);
         auto const rb = Twin::make_recv(r.b);
-        for (auto _ : st) stream<Twin, L, Send>(r.a, r.b, m, rb, rate_count, rate_window, every, inl);
+        for (auto _ : st)
+            stream<Twin, L, Send>(r.a, r.b, m, rb, rate_count, rate_window, every, inl);
         auto const msgs = static_cast<double>(st.iterations()) * static_cast<double>(rate_count);
         st.counters["msgs"] = benchmark::Counter(msgs, benchmark::Counter::kIsRate);
         st.SetBytesProcessed(static_cast<std::int64_t>(msgs * 8));
@@ -45,7 +46,8 @@ void selective_lib(benchmark::State& st) {
         auto const src = r.a.mr.span().subspan(src_off, 8);
         auto const dst = r.b.mr.remote().subspan(dst_off, 8);
         for (auto _ : st) {
-            for (std::uint64_t i = 0; i < rate_count; ++i) ss.post(rx::write{src, dst}.id(i).inlined(), i + 1 == rate_count);
+            for (std::uint64_t i = 0; i < rate_count; ++i)
+                ss.post(rx::write{src, dst}.id(i).inlined(), i + 1 == rate_count);
             ss.finish();
         }
         auto const msgs = static_cast<double>(st.iterations()) * static_cast<double>(rate_count);
@@ -73,7 +75,8 @@ void selective_raw(benchmark::State& st) {
         };
         for (auto _ : st) {
             for (std::uint64_t i = 0; i < rate_count; ++i) {
-                while (outstanding + 1 > depth) retire();
+                while (outstanding + 1 > depth)
+                    retire();
                 bool const sig = i + 1 == rate_count || since + 1 == every;
                 Twin::write(r.a, m, sig, true, i);
                 ++outstanding;
@@ -84,7 +87,8 @@ void selective_raw(benchmark::State& st) {
                     since = 0;
                 }
             }
-            while (outstanding != 0) retire();
+            while (outstanding != 0)
+                retire();
         }
         auto const msgs = static_cast<double>(st.iterations()) * static_cast<double>(rate_count);
         st.counters["msgs"] = benchmark::Counter(msgs, benchmark::Counter::kIsRate);
@@ -94,9 +98,12 @@ void selective_raw(benchmark::State& st) {
 
 template <template <class> class TwinT, std::size_t L, bool Send>
 void add(std::int64_t every, bool inl) {
-    std::string const name = name_of({"rate", TwinT<rx::busy_poll>::name, Send ? "send" : "write",
-                                      "chain" + std::to_string(L), "sig" + std::to_string(every), inl ? "inline" : "plain"});
-    benchmark::RegisterBenchmark(name.c_str(), rate<TwinT, L, Send>)->Args({every, inl ? 1 : 0})->Unit(benchmark::kMicrosecond);
+    std::string const name =
+        name_of({"rate", TwinT<rx::busy_poll>::name, Send ? "send" : "write", "chain" + std::to_string(L),
+                 "sig" + std::to_string(every), inl ? "inline" : "plain"});
+    benchmark::RegisterBenchmark(name.c_str(), rate<TwinT, L, Send>)
+        ->Args({every, inl ? 1 : 0})
+        ->Unit(benchmark::kMicrosecond);
 }
 
 template <template <class> class TwinT, bool Send>
@@ -107,7 +114,8 @@ void add_op() {
         add<TwinT, 16, Send>(every, false);
         add<TwinT, 64, Send>(every, false);
     }
-    add<TwinT, 16, Send>(64, true);  // inline + chains of 16 + signaling every 64
+    add<TwinT, 16, Send>(64, true); // inline + chains of 16 + signaling every 64
+    add<TwinT, 64, Send>(64, true); // as perftest -l 64 -Q 64 -I 64
 }
 
 } // namespace

@@ -18,7 +18,8 @@ std::byte* buffer(std::size_t n) {
     if (have < n) {
         mem.reset();
         mem.reset(new std::byte[n]);
-        for (std::size_t i = 0; i < n; i += 4096) mem[i] = std::byte{1};
+        for (std::size_t i = 0; i < n; i += 4096)
+            mem[i] = std::byte{1};
         have = n;
     }
     return mem.get();
@@ -46,8 +47,10 @@ template <template <class> class TwinT>
 void add_twin() {
     std::vector<std::int64_t> sizes;
     std::int64_t const step = opts().full ? 4 : 16;
-    for (std::int64_t n = 4096; static_cast<std::size_t>(n) <= opts().reg_max; n *= step) sizes.push_back(n);
-    if (sizes.empty() || static_cast<std::size_t>(sizes.back()) != opts().reg_max) sizes.push_back(static_cast<std::int64_t>(opts().reg_max));
+    for (std::int64_t n = 4096; static_cast<std::size_t>(n) <= opts().reg_max; n *= step)
+        sizes.push_back(n);
+    if (sizes.empty() || static_cast<std::size_t>(sizes.back()) != opts().reg_max)
+        sizes.push_back(static_cast<std::int64_t>(opts().reg_max));
     for (std::int64_t n : sizes)
         benchmark::RegisterBenchmark(name_of({"reg", TwinT<rx::busy_poll>::name, std::to_string(n)}).c_str(),
                                      registration<TwinT>)
