@@ -128,6 +128,15 @@ cm::connection<rx::rc, rx::busy_poll> connect_rc(cm::address const& a, cm::conne
     return cm::connect<rx::rc, rx::busy_poll>(a, opt);
 }
 
+// Lines of /proc/self/maps: a leaked rxe CQ or QP keeps its queue mapped.
+std::size_t mapping_count() {
+    std::ifstream in{"/proc/self/maps"};
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);)
+        ++n;
+    return n;
+}
+
 // The events seen by the tests, for the report.
 void note_event(cm::event_type t) { MESSAGE((std::string{"observed CM event: "} + cm::to_string(t))); }
 
@@ -428,19 +437,23 @@ TEST_SUITE("cm") {
         while (served.load() < warmup)
             std::this_thread::sleep_for(1ms);
         std::size_t const fds_before = open_fds();
+        std::size_t const maps_before = mapping_count();
         long const rss_before = status_kib("VmRSS:");
         for (int i = 0; i < rounds; ++i)
             one();
         srv.join();
         std::size_t const fds_after = open_fds();
+        std::size_t const maps_after = mapping_count();
         long const rss_after = status_kib("VmRSS:");
-        MESSAGE("fds " << fds_before << " -> " << fds_after << ", VmRSS " << rss_before << " -> " << rss_after
-                       << " KiB");
+        MESSAGE("fds " << fds_before << " -> " << fds_after << ", mappings " << maps_before << " -> " << maps_after
+                       << ", VmRSS " << rss_before << " -> " << rss_after << " KiB");
         CHECK(served.load() == warmup + rounds);
         CHECK(fds_after == fds_before);
         // AddressSanitizer keeps freed memory in quarantine, so RSS grows by design there; in that
         // build LeakSanitizer checks at exit that nothing was leaked instead.
 #if !defined(__SANITIZE_ADDRESS__)
+        // Each leaked CQ or QP would leave its queue mapped: 200 connections, hundreds of mappings.
+        CHECK(maps_after <= maps_before + 16);
         CHECK(rss_after - rss_before < 2048); // a leaked PD+CQ+QP per connection would be far more
 #endif
     }
