@@ -3,6 +3,7 @@
 /// Completions: `work_completion`, the completion strategies `busy_poll` and `event_driven`,
 /// `completion_channel`, and `completion_queue<Completion>`.
 
+#include "rdmacxx/checked.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/error.hpp"
 
@@ -230,6 +231,7 @@ class completion_queue {
     static_assert(
         completion_strategy<Completion>,
         "the completion strategy must be rdmacxx::busy_poll, rdmacxx::event_driven or a type with their contract");
+    static constexpr bool tracked = detail::tracks_in_flight<Completion>;
 
 public:
     /// Number of events acknowledged together by `event_driven` (ibv_ack_cq_events(3) takes a mutex).
@@ -259,7 +261,7 @@ public:
     /// Takes up to `out.size()` completions without blocking; returns how many.
     /// @throws sys_error when ibv_poll_cq(3) fails.
     std::size_t poll(std::span<work_completion> out) {
-        int const n = ::ibv_poll_cq(cq_.get(), static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
+        int const n = poll_native(static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
         if (n < 0) [[unlikely]]
             detail::throw_sys(-n == 0 ? EIO : -n, "ibv_poll_cq");
         return static_cast<std::size_t>(n);
@@ -267,7 +269,7 @@ public:
 
     /// As `poll(out)`, reporting failure through `ec` instead of throwing.
     std::size_t poll(std::span<work_completion> out, std::error_code& ec) noexcept {
-        int const n = ::ibv_poll_cq(cq_.get(), static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
+        int const n = poll_native(static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
         if (n < 0) [[unlikely]] {
             ec.assign(EIO, std::system_category());
             return 0;
@@ -281,7 +283,7 @@ public:
     template <std::size_t N>
     [[nodiscard]] completion_batch<N> poll() {
         completion_batch<N> batch{typename completion_batch<N>::no_init{}};
-        int const n = ::ibv_poll_cq(cq_.get(), static_cast<int>(N), reinterpret_cast<ibv_wc*>(batch.items()));
+        int const n = poll_native(static_cast<int>(N), reinterpret_cast<ibv_wc*>(batch.items()));
         if (n < 0) [[unlikely]]
             detail::throw_sys(-n, "ibv_poll_cq");
         if (n > static_cast<int>(N)) __builtin_unreachable(); // at most N: lets the caller's loop know
@@ -343,12 +345,29 @@ public:
     /// The verbs handle.
     [[nodiscard]] ibv_cq* native_handle() const noexcept { return cq_.get(); }
 
+    /// @cond
+    // The in-flight ledger of a `checked<C>` CQ, for the queue pairs that use it.
+    [[nodiscard]] detail::cq_ledger& in_flight_ledger() const noexcept requires(tracked)
+    {
+        return *ledger_;
+    }
+    /// @endcond
+
 private:
     void create(int min_entries, completion_channel* channel) {
         cq_.reset(::ibv_create_cq(ctx_->native_handle(), min_entries, nullptr,
                                   channel != nullptr ? channel->native_handle() : nullptr, 0));
         if (!cq_) [[unlikely]]
             detail::throw_errno("ibv_create_cq", "with " + std::to_string(min_entries) + " entries");
+        if constexpr (tracked) ledger_ = std::make_unique<detail::cq_ledger>(cq_.get());
+    }
+
+    // ibv_poll_cq(3), through the in-flight ledger when tracked.
+    RDMACXX_HOT int poll_native(int max, ibv_wc* out) noexcept {
+        if constexpr (tracked)
+            return ledger_->poll(out, max);
+        else
+            return ::ibv_poll_cq(cq_.get(), max, out);
     }
 
     void sleep_for_event() {
@@ -378,6 +397,8 @@ private:
     std::unique_ptr<completion_channel> own_channel_;
     std::unique_ptr<ibv_cq, deleter> cq_;
     unsigned unacked_ = 0;
+    struct untracked {};
+    [[no_unique_address]] std::conditional_t<tracked, std::unique_ptr<detail::cq_ledger>, untracked> ledger_{};
 };
 
 } // namespace v0

@@ -4,6 +4,7 @@
 /// `local_span<T>` (address, length, lkey) and `remote_span<T>` (address, length, rkey).
 
 #include "rdmacxx/access.hpp"
+#include "rdmacxx/checked.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/pd.hpp"
 
@@ -185,6 +186,11 @@ private:
 
 /// A registered memory region (`ibv_mr`). Owns the registration (not the memory); move-only;
 /// deregisters on destruction. The memory and the protection domain must outlive it.
+///
+/// With `checked` queue pairs (see checked.hpp) the requests in flight that use the region are
+/// counted: `in_flight()` reads the count, `deregister()` refuses while it is not 0, and the
+/// destructor reports an `in_flight_error` to the handler (`set_in_flight_handler`) before it
+/// deregisters anyway.
 /// Thread-safety: the accessors only read.
 /// @see ibv_reg_mr(3)
 class memory_region {
@@ -197,6 +203,37 @@ public:
         if (!handle_) [[unlikely]]
             detail::throw_errno("ibv_reg_mr", "registering " + std::to_string(length) + " bytes with access 0x" +
                                                   to_hex(static_cast<std::uint32_t>(rights)));
+    }
+
+    memory_region(memory_region&&) noexcept = default;
+    /// Takes `other`'s registration after deregistering this one as the destructor does.
+    memory_region& operator=(memory_region&& other) noexcept {
+        if (this != &other) {
+            check_on_destroy();
+            handle_ = std::move(other.handle_);
+        }
+        return *this;
+    }
+    /// Deregisters (ibv_dereg_mr(3)); reports work in flight of checked QPs first, as the class says.
+    ~memory_region() { check_on_destroy(); }
+
+    /// Deregisters now, leaving the object empty (as a moved-from one).
+    /// @throws in_flight_error when requests of `checked` QPs that use the region are in flight:
+    ///         the region then stays registered; sys_error when ibv_dereg_mr(3) fails.
+    void deregister() {
+        if (!handle_) return;
+        if (std::uint64_t const n = in_flight(); n != 0) [[unlikely]]
+            throw in_flight_error(in_flight_message(n, "cannot be deregistered"), n, 0);
+        if (int rc = ::ibv_dereg_mr(handle_.get()); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_dereg_mr", "with lkey 0x" + to_hex(lkey()));
+        (void)handle_.release();
+    }
+
+    /// Requests posted through `checked` QPs, of either queue, that use this region (by its lkey)
+    /// and have not completed; always 0 without checked QPs.
+    [[nodiscard]] std::uint64_t in_flight() const noexcept {
+        if (!handle_ || !detail::region_ledger::used()) return 0;
+        return detail::region_ledger::instance().count(handle_->context, handle_->lkey);
     }
 
     /// The whole region as a span of `T`.
@@ -259,6 +296,20 @@ public:
     [[nodiscard]] ibv_mr* native_handle() const noexcept { return handle_.get(); }
 
 private:
+    void check_on_destroy() noexcept {
+        if (std::uint64_t const n = in_flight(); n != 0) [[unlikely]] {
+            try {
+                detail::report_in_flight(in_flight_error(in_flight_message(n, "destroyed"), n, 0));
+            } catch (...) { // out of memory composing the message: deregister all the same
+            }
+        }
+    }
+    [[nodiscard]] std::string in_flight_message(std::uint64_t n, char const* what) const {
+        return "memory region [0x" + to_hex(reinterpret_cast<std::uintptr_t>(address())) + ", +" +
+               std::to_string(length()) + " bytes) with lkey 0x" + to_hex(lkey()) + " " + what + " while " +
+               std::to_string(n) + " work requests that use it are in flight";
+    }
+
     static std::string to_hex(std::uint64_t v) {
         static constexpr char digits[] = "0123456789abcdef";
         std::string s;

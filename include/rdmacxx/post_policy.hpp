@@ -53,10 +53,11 @@ constexpr std::uint64_t send_ops_for() noexcept {
     return ops;
 }
 
-/// Writes one typed request with the extended API (between ibv_wr_start and ibv_wr_complete).
+/// Writes one typed request with the extended API (between ibv_wr_start and ibv_wr_complete),
+/// its completion to carry `wr_id`.
 template <class Transport, class W>
-void write_extended(ibv_qp_ex* qpx, W const& w) noexcept {
-    qpx->wr_id = w.wr_id();
+void write_extended(ibv_qp_ex* qpx, W const& w, std::uint64_t wr_id) noexcept {
+    qpx->wr_id = wr_id;
     qpx->wr_flags = w.flags();
     constexpr ibv_wr_opcode op = W::opcode;
     if constexpr (op == IBV_WR_SEND)

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -177,6 +178,11 @@ public:
     using completion_type = Completion;
     using post_type = Post;
 
+private:
+    static constexpr bool tracked = detail::tracks_in_flight<Completion>;
+
+public:
+
     /// Creates a QP in `pd` whose send completions go to `send_cq` and receive completions to
     /// `recv_cq` (they may be the same CQ), sized by `caps`.
     /// @throws sys_error when ibv_create_qp(3) fails (EINVAL for caps past the device limits).
@@ -199,6 +205,17 @@ public:
     queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
                std::uint32_t path_mtu_bytes = 0) noexcept
         : pd_(&pd), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {}
+
+    /// As the adopting constructor above, also naming the QP's CQs: a `checked` QP attaches its
+    /// in-flight ledger to them (rdmacxx::cm::id::create_qp uses this one).
+    /// @throws std::bad_alloc when the ledger cannot be allocated (the handle is then destroyed).
+    queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
+               std::uint32_t path_mtu_bytes, completion_queue<Completion>& send_cq,
+               completion_queue<Completion>& recv_cq)
+        : pd_(&pd), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {
+        if constexpr (tracked)
+            if (qp_) track(send_cq, recv_cq);
+    }
 
 private:
     queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
@@ -227,6 +244,13 @@ private:
         caps_ = {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge, init.cap.max_recv_sge,
                  init.cap.max_inline_data};
         psn_ = std::random_device{}() & 0xffffffU;
+        if constexpr (tracked) track(send_cq, recv_cq);
+    }
+
+    void track(completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq) requires(tracked)
+    {
+        tracking_ = std::make_unique<detail::qp_tracking>(pd_->context().native_handle(), qp_->qp_num,
+                                                          send_cq.in_flight_ledger(), recv_cq.in_flight_ledger());
     }
 
     // The extended post API: ibv_create_qp_ex(3) with the transport's operations announced.
@@ -256,16 +280,97 @@ private:
     }
 
     template <class... Wrs>
-    RDMACXX_HOT int post_extended(Wrs const&... wrs) noexcept {
-        ::ibv_wr_start(qpx_);
-        (detail::write_extended<Transport>(qpx_, wrs), ...);
-        return ::ibv_wr_complete(qpx_);
+    RDMACXX_HOT int post_extended(Wrs const&... wrs) {
+        if constexpr (tracked) { // the tags first: nothing may throw between start and complete
+            std::array<std::uint64_t, sizeof...(Wrs)> tags;
+            std::size_t k = 0;
+            ((tags[k++] = tracking_->ledger().record_send(wrs.wr_id(), wrs.flags(), wrs.sges())), ...);
+            ::ibv_wr_start(qpx_);
+            k = 0;
+            (detail::write_extended<Transport>(qpx_, wrs, tags[k++]), ...);
+            int const rc = ::ibv_wr_complete(qpx_);
+            if (rc != 0) [[unlikely]]
+                (void)tracking_->ledger().cancel_sends(tags[0]);
+            return rc;
+        } else {
+            ::ibv_wr_start(qpx_);
+            (detail::write_extended<Transport>(qpx_, wrs, wrs.wr_id()), ...);
+            return ::ibv_wr_complete(qpx_);
+        }
+    }
+
+    // A checked QP's send chain: recorded (tags as wr_id), posted, and what was not posted
+    // forgotten again. Returns ibv_post_send(3)'s value; on failure `bad` is the index of the
+    // first request not posted and `bad_wr_id` its user wr_id.
+    int post_send_tracked(ibv_send_wr* chain, std::size_t n, std::size_t& bad, std::uint64_t& bad_wr_id) {
+        std::uint64_t const first = tracking_->ledger().record(chain, n);
+        ibv_send_wr* bad_wr = nullptr;
+        int const rc = ::ibv_post_send(qp_.get(), chain, &bad_wr);
+        if (rc != 0) [[unlikely]] {
+            bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
+                                                                              : 0;
+            bad_wr_id = tracking_->ledger().cancel_sends(first + bad);
+        }
+        return rc;
+    }
+    int post_recv_tracked(ibv_recv_wr* chain, std::size_t n, std::size_t& bad, std::uint64_t& bad_wr_id) {
+        std::uint64_t const first = tracking_->ledger().record(chain, n);
+        ibv_recv_wr* bad_wr = nullptr;
+        int const rc = ::ibv_post_recv(qp_.get(), chain, &bad_wr);
+        if (rc != 0) [[unlikely]] {
+            bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
+                                                                              : 0;
+            bad_wr_id = tracking_->ledger().cancel_recvs(first + bad);
+        }
+        return rc;
+    }
+
+    // A checked QP about to be destroyed or reset: to ERR, its completions drained; the error
+    // goes to the in-flight handler when `report` is set.
+    void retire_in_flight(bool report) noexcept {
+        if constexpr (tracked) {
+            if (!tracking_ || !qp_) return;
+            if (auto e = tracking_->drain(qp_.get(), Transport::name, drain_timeout); e && report)
+                detail::report_in_flight(*e);
+        }
     }
 
 public:
+    /// How long destroying a `checked` QP waits for the flushed completions of its work in flight.
+    static constexpr std::chrono::milliseconds drain_timeout{5000};
+
     queue_pair(queue_pair&&) noexcept = default;
-    queue_pair& operator=(queue_pair&&) noexcept = default;
-    ~queue_pair() = default;
+    /// Takes `other`'s QP; a `checked` QP first retires its own work in flight as the destructor does.
+    queue_pair& operator=(queue_pair&& other) noexcept {
+        if (this != &other) {
+            retire_in_flight(true);
+            pd_ = other.pd_;
+            qp_ = std::move(other.qp_);
+            qpx_ = std::exchange(other.qpx_, {});
+            tracking_ = std::move(other.tracking_);
+            caps_ = other.caps_;
+            psn_ = other.psn_;
+            path_mtu_bytes_ = other.path_mtu_bytes_;
+        }
+        return *this;
+    }
+    /// Destroys the QP (ibv_destroy_qp(3)). A `checked` QP with work in flight is first moved to
+    /// ERR and its completions drained from its CQs (up to `drain_timeout`), so that no buffer is
+    /// written afterwards; when send requests were in flight, an `in_flight_error` goes to the
+    /// handler (see `set_in_flight_handler`). Destroy a checked QP on the thread that polls its CQs.
+    ~queue_pair() { retire_in_flight(true); }
+
+    /// Send-queue requests posted and not yet completed (`checked` QPs): a request is complete
+    /// once its completion, or that of a later send, has been polled.
+    [[nodiscard]] std::uint64_t in_flight_sends() const noexcept requires(tracked)
+    {
+        return tracking_ ? tracking_->ledger().sends() : 0;
+    }
+    /// Receive requests posted to this QP's own receive queue and not yet completed (`checked` QPs).
+    [[nodiscard]] std::uint64_t in_flight_recvs() const noexcept requires(tracked)
+    {
+        return tracking_ ? tracking_->ledger().recvs() : 0;
+    }
 
     /// The QP number.
     [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_->qp_num; }
@@ -382,9 +487,11 @@ public:
         modify(attr, IBV_QP_STATE, IBV_QPS_UNKNOWN);
     }
 
-    /// Moves the QP back to RESET; its queues are emptied without completions.
+    /// Moves the QP back to RESET; its queues are emptied without completions. A `checked` QP
+    /// first moves to ERR and drains the completions of its work in flight, quietly.
     /// @throws sys_error when ibv_modify_qp(3) fails.
     void reset() {
+        retire_in_flight(false);
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RESET;
         modify(attr, IBV_QP_STATE, IBV_QPS_UNKNOWN);
@@ -407,6 +514,13 @@ public:
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
         std::array<ibv_sge, sge_total<Wrs...>> sges; // filled by link
         link(chain, sges, wrs...);
+        if constexpr (tracked) {
+            std::size_t i = 0;
+            std::uint64_t user_wr_id = 0;
+            if (int rc = post_send_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+                detail::throw_post(rc, "ibv_post_send", i, user_wr_id, chain[i].opcode, qp_num());
+            return;
+        }
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
             std::size_t const i = index_of(chain, bad);
@@ -426,11 +540,20 @@ public:
                 check_one(wrs[i], i);
             for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
                 std::size_t const n = std::min(max_chain, wrs.size() - base);
+                std::array<std::uint64_t, max_chain> tags;
+                for (std::size_t i = 0; i < n; ++i)
+                    if constexpr (tracked)
+                        tags[i] = tracking_->ledger().record_send(wrs[base + i].wr_id(), wrs[base + i].flags(),
+                                                                  wrs[base + i].sges());
+                    else
+                        tags[i] = wrs[base + i].wr_id();
                 ::ibv_wr_start(qpx_);
                 for (std::size_t i = 0; i < n; ++i)
-                    detail::write_extended<Transport>(qpx_, wrs[base + i]);
-                if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]]
+                    detail::write_extended<Transport>(qpx_, wrs[base + i], tags[i]);
+                if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]] {
+                    if constexpr (tracked) (void)tracking_->ledger().cancel_sends(tags[0]);
                     detail::throw_post(rc, "ibv_wr_complete", base, wrs[base].wr_id(), W::opcode, qp_num());
+                }
             }
             return;
         }
@@ -442,6 +565,13 @@ public:
                 chain[i] = ibv_send_wr{};
                 wrs[base + i].template build<Transport>(chain[i]);
                 chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
+            }
+            if constexpr (tracked) {
+                std::size_t i = 0;
+                std::uint64_t user_wr_id = 0;
+                if (int rc = post_send_tracked(chain.data(), n, i, user_wr_id); rc != 0) [[unlikely]]
+                    detail::throw_post(rc, "ibv_post_send", base + i, user_wr_id, chain[i].opcode, qp_num());
+                continue;
             }
             ibv_send_wr* bad = nullptr;
             if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
@@ -480,13 +610,28 @@ public:
         if (std::size_t bad_check = first_refused(wrs...); bad_check != npos) [[unlikely]]
             return {EINVAL, bad_check};
         if constexpr (Post::extended) {
-            if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
-                return {rc, 0};
+            try {
+                if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
+                    return {rc, 0};
+            } catch (...) { // a checked QP's ledger could not grow: nothing was posted
+                return {ENOMEM, 0};
+            }
             return {};
         }
         std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
         std::array<ibv_sge, sge_total<Wrs...>> sges; // filled by link
         link(chain, sges, wrs...);
+        if constexpr (tracked) {
+            std::size_t i = 0;
+            std::uint64_t user_wr_id = 0;
+            try {
+                if (int rc = post_send_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+                    return {rc, i};
+            } catch (...) { // the ledger could not grow: nothing was posted
+                return {ENOMEM, 0};
+            }
+            return {};
+        }
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
             return {rc, index_of(chain, bad)};
@@ -501,6 +646,13 @@ public:
         std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // link_recv sets every field: no zeroing
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
         link_recv(chain, sges, wrs...);
+        if constexpr (tracked) {
+            std::size_t i = 0;
+            std::uint64_t user_wr_id = 0;
+            if (int rc = post_recv_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+                detail::throw_post(rc, "ibv_post_recv", i, user_wr_id, -1, qp_num());
+            return;
+        }
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
             std::size_t const i = index_of(chain, bad);
@@ -516,6 +668,17 @@ public:
         std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // link_recv sets every field: no zeroing
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
         link_recv(chain, sges, wrs...);
+        if constexpr (tracked) {
+            std::size_t i = 0;
+            std::uint64_t user_wr_id = 0;
+            try {
+                if (int rc = post_recv_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+                    return {rc, i};
+            } catch (...) { // the ledger could not grow: nothing was posted
+                return {ENOMEM, 0};
+            }
+            return {};
+        }
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
             return {rc, index_of(chain, bad)};
@@ -657,6 +820,9 @@ private:
         void operator()(ibv_qp* q) const noexcept { (void)::ibv_destroy_qp(q); }
     };
     protection_domain* pd_;
+    struct untracked {};
+    // Before qp_: destroyed after it, so that the ledger outlives the ibv_qp it accounts for.
+    [[no_unique_address]] std::conditional_t<tracked, std::unique_ptr<detail::qp_tracking>, untracked> tracking_{};
     std::unique_ptr<ibv_qp, deleter> qp_;
     struct no_extended_api {};
     [[no_unique_address]] std::conditional_t<Post::extended, ibv_qp_ex*, no_extended_api> qpx_{};

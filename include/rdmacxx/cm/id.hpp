@@ -216,7 +216,9 @@ public:
                                                  handle_->qp,
                                                  {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge,
                                                   init.cap.max_recv_sge, init.cap.max_inline_data},
-                                                 mtu};
+                                                 mtu,
+                                                 send_cq,
+                                                 recv_cq};
     }
 
     /// Destroys `qp`, made by `create_qp` on this id, and detaches it from the id.

@@ -1,0 +1,209 @@
+// Opt-in in-flight tracking on a real device: `checked` queue pairs count their requests per QP
+// and per memory region until the completions are polled, refuse to let a region with work in
+// flight go, and drain a destroyed QP's work before the QP is gone.
+#include "fixture.hpp"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rx = rdmacxx;
+
+namespace {
+
+// Records what destructors report instead of terminating, for the duration of a test.
+struct recorded_errors {
+    recorded_errors() : previous(rx::set_in_flight_handler(&record)) { messages().clear(); }
+    ~recorded_errors() { (void)rx::set_in_flight_handler(previous); }
+    recorded_errors(recorded_errors const&) = delete;
+    recorded_errors& operator=(recorded_errors const&) = delete;
+
+    static std::vector<std::string>& messages() {
+        static std::vector<std::string> m;
+        return m;
+    }
+    static std::vector<std::uint64_t>& sends() {
+        static std::vector<std::uint64_t> s;
+        return s;
+    }
+    static void record(rx::in_flight_error const& e) noexcept {
+        try {
+            messages().emplace_back(e.what());
+            sends().push_back(e.sends());
+        } catch (...) {
+        }
+    }
+    rx::in_flight_handler previous;
+};
+
+template <class Completion>
+rx::work_completion wait_ok(rx::completion_queue<Completion>& cq) {
+    auto const wc = cq.wait_one();
+    if (!wc.ok()) FAIL("completion failed: " << ::ibv_wc_status_str(wc.status()) << " wr_id " << wc.wr_id());
+    return wc;
+}
+
+template <class Completion, class Post>
+struct tracked {
+    using completion = Completion;
+    using post = Post;
+};
+
+} // namespace
+
+TEST_CASE_TEMPLATE("checked: requests count per QP and per region until polled, and keep their wr_id", T,
+                   tracked<rx::busy_poll, rx::legacy_post>, tracked<rx::event_driven, rx::legacy_post>,
+                   tracked<rx::adaptive, rx::legacy_post>, tracked<rx::busy_poll, rx::extended_post>) {
+    using C = rx::checked<typename T::completion>;
+    rx::qp_capabilities caps;
+    caps.max_inline_data = 64;
+    test::loopback<rx::rc, C, typename T::post> lb{caps};
+    test::buffer src(lb.pd, 256), dst(lb.pd, 512), peer(lb.pd, 256);
+    test::fill_pattern(src.bytes_, 3);
+
+    lb.b.post_recv(rx::recv{dst.span().first(256)}.id(11), rx::recv{dst.span().last(256)}.id(12));
+    CHECK(lb.b.in_flight_recvs() == 2);
+    CHECK(dst.mr.in_flight() == 2);
+
+    lb.a.post(rx::send{src.span()}.id(21).unsignaled(), rx::send{src.span()}.id(22).unsignaled(),
+              rx::write{src.span(), peer.mr.template remote<std::byte>()}.id(23));
+    CHECK(lb.a.in_flight_sends() == 3);
+    CHECK(src.mr.in_flight() == 3);
+    CHECK(peer.mr.in_flight() == 0); // the target of a WRITE is the peer's: not this side's to count
+
+    auto const done = wait_ok(lb.cq_a);
+    CHECK(done.wr_id() == 23); // the user's wr_id, not the ledger's tag
+    CHECK(lb.a.in_flight_sends() == 0); // the two unsignaled sends completed before it
+    CHECK(src.mr.in_flight() == 0);
+
+    CHECK(wait_ok(lb.cq_b).wr_id() == 11);
+    CHECK(lb.b.in_flight_recvs() == 1);
+    CHECK(wait_ok(lb.cq_b).wr_id() == 12);
+    CHECK(lb.b.in_flight_recvs() == 0);
+    CHECK(dst.mr.in_flight() == 0);
+    CHECK(std::equal(src.bytes_.begin(), src.bytes_.end(), dst.bytes_.begin()));
+    CHECK(std::equal(src.bytes_.begin(), src.bytes_.end(), dst.bytes_.begin() + 256));
+    CHECK(std::equal(src.bytes_.begin(), src.bytes_.end(), peer.bytes_.begin()));
+
+    // Inline data is copied at posting: the send is in flight, its buffer's region is not.
+    lb.b.post_recv(rx::recv{dst.span()}.id(13));
+    lb.a.post(rx::send{src.span().first(32)}.inlined().id(24));
+    CHECK(lb.a.in_flight_sends() == 1);
+    CHECK(src.mr.in_flight() == 0);
+    CHECK(wait_ok(lb.cq_a).wr_id() == 24);
+    CHECK(wait_ok(lb.cq_b).wr_id() == 13);
+    CHECK(lb.a.in_flight_sends() == 0);
+}
+
+TEST_CASE("checked: deregistering a region with work in flight throws and keeps it registered") {
+    test::loopback<rx::rc, rx::checked<rx::busy_poll>> lb;
+    test::buffer src(lb.pd, 128), dst(lb.pd, 128);
+    test::fill_pattern(src.bytes_, 5);
+    lb.b.post_recv(rx::recv{dst.span()}.id(1));
+    std::uint32_t const lkey = dst.mr.lkey();
+    try {
+        dst.mr.deregister();
+        FAIL("deregister() with a receive in flight did not throw");
+    } catch (rx::in_flight_error const& e) {
+        CHECK(e.sends() == 1);
+        CHECK(std::string{e.what()}.find("cannot be deregistered while 1 work requests") != std::string::npos);
+    }
+    CHECK(dst.mr.lkey() == lkey); // still registered: the receive lands
+    lb.a.post(rx::send{src.span()}.id(2));
+    CHECK(wait_ok(lb.cq_a).wr_id() == 2);
+    CHECK(wait_ok(lb.cq_b).wr_id() == 1);
+    CHECK(std::equal(src.bytes_.begin(), src.bytes_.end(), dst.bytes_.begin()));
+    dst.mr.deregister(); // nothing in flight now
+    CHECK(dst.mr.native_handle() == nullptr);
+}
+
+TEST_CASE("checked: destroying a region with work in flight reports an in_flight_error") {
+    recorded_errors const errors;
+    test::loopback<rx::rc, rx::checked<rx::busy_poll>> lb;
+    auto dst = std::make_unique<test::buffer>(lb.pd, 128);
+    lb.b.post_recv(rx::recv{dst->span()}.id(1));
+    dst.reset();
+    REQUIRE(errors.messages().size() == 1);
+    CHECK(errors.messages()[0].find("destroyed while 1 work requests that use it are in flight") != std::string::npos);
+}
+
+TEST_CASE("checked: destroying a QP with sends in flight moves it to ERR, drains it, and reports") {
+    recorded_errors const errors;
+    rx::context ctx = test::open_test_device();
+    rx::end_port port(ctx);
+    rx::protection_domain pd(ctx);
+    rx::completion_queue<rx::checked<rx::busy_poll>> shared(ctx, 64), other(ctx, 64);
+    std::optional<rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>> a(std::in_place, pd, shared, shared);
+    rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>> b(pd, other, other), c(pd, shared, shared), d(pd, other, other);
+    rx::connect_options opt;
+    opt.rnr_retry = 7; // retry forever: a send to a QP with no receive stays in flight
+    opt.min_rnr_timer = 1;
+    a->connect(port, b.local_endpoint(port), opt);
+    b.connect(port, a->local_endpoint(port), opt);
+    c.connect(port, d.local_endpoint(port), opt);
+    d.connect(port, c.local_endpoint(port), opt);
+    test::buffer src(pd, 64), mine(pd, 64), far(pd, 64);
+
+    // c's completion waits in the shared CQ, unpolled, while a is destroyed.
+    c.post(rx::write{src.span(), far.mr.remote<std::byte>()}.id(77));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // it completes; nobody polls
+    CHECK(c.in_flight_sends() == 1);                             // so it is still counted
+    a->post_recv(rx::recv{mine.span()}.id(6));
+    a->post(rx::send{src.span()}.id(5)); // b has no receive: RNR, retried forever
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(a->in_flight_sends() == 1);
+    CHECK(src.mr.in_flight() == 2); // a's send and c's write
+    CHECK(mine.mr.in_flight() == 1);
+
+    a.reset();
+    REQUIRE(errors.messages().size() == 1);
+    std::string const& m = errors.messages()[0];
+    CHECK(m.find("RC QP") != std::string::npos);
+    CHECK(m.find("destroyed with 1 send and 1 receive requests in flight (oldest send wr_id 5)") != std::string::npos);
+    CHECK(m.find("moved to ERR and drained their completions") != std::string::npos);
+    CHECK(mine.mr.in_flight() == 0); // drained: no buffer of a's is written from now on
+    CHECK(src.mr.in_flight() == 1);  // c's write is still to be polled
+
+    auto const wc = shared.wait_one(); // the drain kept c's completion for the CQ's next poll
+    CHECK(wc.ok());
+    CHECK(wc.qp_num() == c.qp_num());
+    CHECK(wc.wr_id() == 77);
+    CHECK(src.mr.in_flight() == 0);
+    CHECK(c.in_flight_sends() == 0);
+    CHECK(shared.poll<4>().empty()); // a's flushed completions were taken by the drain
+}
+
+TEST_CASE("checked: a QP destroyed with only receives posted drains them quietly") {
+    recorded_errors const errors;
+    test::loopback<rx::rc, rx::checked<rx::event_driven>> lb;
+    test::buffer dst(lb.pd, 64 * 8);
+    for (std::uint64_t k = 0; k < 8; ++k)
+        lb.b.post_recv(rx::recv{dst.span().subspan(k * 64, 64)}.id(k));
+    CHECK(dst.mr.in_flight() == 8);
+    lb.b = rx::queue_pair<rx::rc, rx::checked<rx::event_driven>>(lb.pd, lb.cq_b, lb.cq_b); // the old b goes
+    CHECK(errors.messages().empty());
+    CHECK(dst.mr.in_flight() == 0);
+    CHECK(lb.cq_b.poll<8>().empty());
+}
+
+TEST_CASE("checked: a receive the device refuses is forgotten, the ones before it stay counted") {
+    rx::qp_capabilities caps;
+    caps.max_recv_wr = 4;
+    test::loopback<rx::rc, rx::checked<rx::busy_poll>> lb{caps};
+    test::buffer dst(lb.pd, 64);
+    std::uint64_t posted = 0;
+    rx::post_result r;
+    while ((r = lb.b.try_post_recv(rx::recv{dst.span()}.id(posted))))
+        ++posted;
+    CHECK(r.error == ENOMEM);
+    CHECK(posted >= 4);
+    CHECK(lb.b.in_flight_recvs() == posted);
+    CHECK(dst.mr.in_flight() == posted);
+    lb.b.reset(); // drains quietly, then RESET
+    CHECK(lb.b.in_flight_recvs() == 0);
+    CHECK(dst.mr.in_flight() == 0);
+}

@@ -1,0 +1,148 @@
+// The in-flight ledgers of checked queue pairs, without a device: what is recorded, what a
+// completion retires, and what a refused post forgets.
+#include "rdmacxx/checked.hpp"
+#include "rdmacxx/cm/connection.hpp"
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+namespace rx = rdmacxx;
+
+// A checked CM connection compiles with every member (the CM hands its QP and CQs to the ledger).
+template class rdmacxx::cm::connection<rx::rc, rx::checked<rx::event_driven>>;
+
+static_assert(rx::completion_strategy<rx::checked<rx::busy_poll>>);
+static_assert(rx::checked<rx::adaptive>::spin == rx::adaptive::spin);
+static_assert(rx::detail::tracks_in_flight<rx::checked<rx::busy_poll>>);
+static_assert(!rx::detail::tracks_in_flight<rx::busy_poll>);
+// Without tracking, the QP and CQ hold nothing more than before: zero bytes of ledger.
+static_assert(sizeof(rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>) ==
+              sizeof(rx::queue_pair<rx::rc, rx::busy_poll>) + sizeof(void*));
+static_assert(sizeof(rx::completion_queue<rx::checked<rx::busy_poll>>) ==
+              sizeof(rx::completion_queue<rx::busy_poll>) + sizeof(void*));
+
+namespace {
+
+// A context pointer the ledgers only use as a key.
+ibv_context const* const fake_ctx = reinterpret_cast<ibv_context const*>(std::uintptr_t{0x1000});
+
+ibv_send_wr send_wr(std::uint64_t wr_id, unsigned flags, ibv_sge* sges, int n) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = sges;
+    wr.num_sge = n;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = flags;
+    return wr;
+}
+
+std::uint64_t in_flight(std::uint32_t lkey) { return rx::detail::region_ledger::instance().count(fake_ctx, lkey); }
+
+ibv_wc completion_of(std::uint64_t tag, std::uint32_t qp_num, ibv_wc_status status = IBV_WC_SUCCESS) {
+    ibv_wc wc{};
+    wc.wr_id = tag;
+    wc.qp_num = qp_num;
+    wc.status = status;
+    return wc;
+}
+
+} // namespace
+
+TEST_CASE("checked: a signaled completion retires the unsignaled sends before it and restores the wr_id") {
+    rx::detail::qp_ledger ledger(fake_ctx, 17);
+    std::array<ibv_sge, 2> a{{{0x10, 8, 0xa1}, {0x20, 8, 0xa1}}}; // two entries of one region: counted once
+    std::array<ibv_sge, 2> b{{{0x30, 8, 0xa1}, {0x40, 8, 0xb2}}};
+    std::array<ibv_sge, 1> c{{{0x50, 8, 0xc3}}};
+    std::array<ibv_send_wr, 3> chain{send_wr(100, 0, a.data(), 2), send_wr(101, 0, b.data(), 2),
+                                     send_wr(102, IBV_SEND_SIGNALED, c.data(), 1)};
+    std::uint64_t const first = ledger.record(chain.data(), chain.size());
+    CHECK(ledger.sends() == 3);
+    CHECK(in_flight(0xa1) == 2);
+    CHECK(in_flight(0xb2) == 1);
+    CHECK(in_flight(0xc3) == 1);
+    CHECK(chain[0].wr_id == first); // tags, not the user's ids, go to the device
+    CHECK(chain[2].wr_id == first + 2);
+    CHECK(ledger.oldest_send_wr_id() == 100);
+
+    ibv_wc wc = completion_of(chain[2].wr_id, 17);
+    ledger.complete(wc);
+    CHECK(wc.wr_id == 102);
+    CHECK(ledger.sends() == 0);
+    CHECK(in_flight(0xa1) == 0);
+    CHECK(in_flight(0xb2) == 0);
+    CHECK(in_flight(0xc3) == 0);
+}
+
+TEST_CASE("checked: inline sends hold no region; receives retire one by one, flushed or not") {
+    rx::detail::qp_ledger ledger(fake_ctx, 18);
+    std::array<ibv_sge, 1> s{{{0x10, 8, 0xd4}}};
+    std::array<ibv_send_wr, 1> inl{send_wr(7, IBV_SEND_SIGNALED | IBV_SEND_INLINE, s.data(), 1)};
+    (void)ledger.record(inl.data(), 1);
+    CHECK(ledger.sends() == 1);
+    CHECK(in_flight(0xd4) == 0);
+
+    std::array<ibv_sge, 2> r{{{0x100, 64, 0xe5}, {0x200, 64, 0xe5}}};
+    std::array<ibv_recv_wr, 2> recvs{};
+    recvs[0] = {1000, &recvs[1], &r[0], 1};
+    recvs[1] = {1001, nullptr, &r[1], 1};
+    (void)ledger.record(recvs.data(), recvs.size());
+    CHECK(ledger.recvs() == 2);
+    CHECK(in_flight(0xe5) == 2);
+    CHECK((recvs[0].wr_id & rx::detail::qp_ledger::recv_bit) != 0);
+
+    ibv_wc wc = completion_of(recvs[0].wr_id, 18, IBV_WC_WR_FLUSH_ERR); // a flushed receive's opcode is undefined
+    ledger.complete(wc);
+    CHECK(wc.wr_id == 1000);
+    CHECK(ledger.recvs() == 1);
+    CHECK(ledger.sends() == 1); // the send queue is untouched by a receive completion
+    CHECK(in_flight(0xe5) == 1);
+
+    ibv_wc stale = completion_of(12345, 18); // not a tag of this ledger: left alone
+    ledger.complete(stale);
+    CHECK(stale.wr_id == 12345);
+    CHECK(ledger.recvs() == 1);
+}
+
+TEST_CASE("checked: a refused post forgets the requests from the refused one on") {
+    rx::detail::qp_ledger ledger(fake_ctx, 19);
+    std::array<ibv_sge, 1> s{{{0x10, 8, 0xf6}}};
+    std::array<ibv_send_wr, 4> chain{send_wr(1, 0, s.data(), 1), send_wr(2, 0, s.data(), 1),
+                                     send_wr(3, 0, s.data(), 1), send_wr(4, IBV_SEND_SIGNALED, s.data(), 1)};
+    std::uint64_t const first = ledger.record(chain.data(), chain.size());
+    CHECK(in_flight(0xf6) == 4);
+    CHECK(ledger.cancel_sends(first + 2) == 3); // requests 2 and 3 of the chain were not posted
+    CHECK(ledger.sends() == 2);
+    CHECK(in_flight(0xf6) == 2);
+    std::array<ibv_send_wr, 1> next{send_wr(9, IBV_SEND_SIGNALED, s.data(), 1)};
+    CHECK(ledger.record(next.data(), 1) == first + 2); // sequence numbers continue without a gap
+}
+
+TEST_CASE("checked: a ledger destroyed with work recorded releases its regions") {
+    std::array<ibv_sge, 1> s{{{0x10, 8, 0x77}}};
+    {
+        rx::detail::qp_ledger ledger(fake_ctx, 20);
+        std::array<ibv_send_wr, 1> chain{send_wr(1, IBV_SEND_SIGNALED, s.data(), 1)};
+        (void)ledger.record(chain.data(), 1);
+        CHECK(in_flight(0x77) == 1);
+    }
+    CHECK(in_flight(0x77) == 0);
+}
+
+TEST_CASE("checked: in_flight_error carries the counts and dumps them") {
+    rx::in_flight_error const e("QP 5 destroyed", 3, 2);
+    CHECK(e.code() == std::errc::device_or_resource_busy);
+    CHECK(e.sends() == 3);
+    CHECK(e.receives() == 2);
+    std::ostringstream out;
+    e.dump_detailed(out, "E:", 2);
+    CHECK(out.str().find("sends in flight: 3") != std::string::npos);
+    auto const old = rx::set_in_flight_handler(nullptr); // nullptr restores the default
+    bool const had_handler = old != nullptr;
+    CHECK(had_handler);
+    bool const restored = rx::set_in_flight_handler(old) == &rx::detail::default_in_flight_handler;
+    CHECK(restored);
+}
