@@ -79,7 +79,9 @@ struct checked : detail::spin_of<C> {
 namespace detail {
 /// True for `checked<C>`.
 template <class C>
-inline constexpr bool tracks_in_flight = requires { requires C::tracks_in_flight; };
+inline constexpr bool tracks_in_flight = requires {
+    requires C::tracks_in_flight;
+};
 } // namespace detail
 
 /// Work still in flight where it must not be: a memory region deregistered, or a queue pair

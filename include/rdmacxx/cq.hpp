@@ -347,10 +347,7 @@ public:
 
     /// @cond
     // The in-flight ledger of a `checked<C>` CQ, for the queue pairs that use it.
-    [[nodiscard]] detail::cq_ledger& in_flight_ledger() const noexcept requires(tracked)
-    {
-        return *ledger_;
-    }
+    [[nodiscard]] detail::cq_ledger& in_flight_ledger() const noexcept requires(tracked) { return *ledger_; }
     /// @endcond
 
 private:

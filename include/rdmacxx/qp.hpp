@@ -182,7 +182,6 @@ private:
     static constexpr bool tracked = detail::tracks_in_flight<Completion>;
 
 public:
-
     /// Creates a QP in `pd` whose send completions go to `send_cq` and receive completions to
     /// `recv_cq` (they may be the same CQ), sized by `caps`.
     /// @throws sys_error when ibv_create_qp(3) fails (EINVAL for caps past the device limits).
@@ -247,8 +246,7 @@ private:
         if constexpr (tracked) track(send_cq, recv_cq);
     }
 
-    void track(completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq) requires(tracked)
-    {
+    void track(completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq) requires(tracked) {
         tracking_ = std::make_unique<detail::qp_tracking>(pd_->context().native_handle(), qp_->qp_num,
                                                           send_cq.in_flight_ledger(), recv_cq.in_flight_ledger());
     }
@@ -308,7 +306,7 @@ private:
         int const rc = ::ibv_post_send(qp_.get(), chain, &bad_wr);
         if (rc != 0) [[unlikely]] {
             bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
-                                                                              : 0;
+                                                                             : 0;
             bad_wr_id = tracking_->ledger().cancel_sends(first + bad);
         }
         return rc;
@@ -319,7 +317,7 @@ private:
         int const rc = ::ibv_post_recv(qp_.get(), chain, &bad_wr);
         if (rc != 0) [[unlikely]] {
             bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
-                                                                              : 0;
+                                                                             : 0;
             bad_wr_id = tracking_->ledger().cancel_recvs(first + bad);
         }
         return rc;
@@ -362,13 +360,11 @@ public:
 
     /// Send-queue requests posted and not yet completed (`checked` QPs): a request is complete
     /// once its completion, or that of a later send, has been polled.
-    [[nodiscard]] std::uint64_t in_flight_sends() const noexcept requires(tracked)
-    {
+    [[nodiscard]] std::uint64_t in_flight_sends() const noexcept requires(tracked) {
         return tracking_ ? tracking_->ledger().sends() : 0;
     }
     /// Receive requests posted to this QP's own receive queue and not yet completed (`checked` QPs).
-    [[nodiscard]] std::uint64_t in_flight_recvs() const noexcept requires(tracked)
-    {
+    [[nodiscard]] std::uint64_t in_flight_recvs() const noexcept requires(tracked) {
         return tracking_ ? tracking_->ledger().recvs() : 0;
     }
 

@@ -7,6 +7,7 @@
 #include "rdmacxx/access.hpp"
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/async.hpp"
+#include "rdmacxx/checked.hpp"
 #include "rdmacxx/cm/address.hpp"
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/cm/error.hpp"

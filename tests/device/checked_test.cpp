@@ -34,8 +34,7 @@ struct recorded_errors {
         try {
             messages().emplace_back(e.what());
             sends().push_back(e.sends());
-        } catch (...) {
-        }
+        } catch (...) {}
     }
     rx::in_flight_handler previous;
 };
@@ -76,7 +75,7 @@ TEST_CASE_TEMPLATE("checked: requests count per QP and per region until polled, 
     CHECK(peer.mr.in_flight() == 0); // the target of a WRITE is the peer's: not this side's to count
 
     auto const done = wait_ok(lb.cq_a);
-    CHECK(done.wr_id() == 23); // the user's wr_id, not the ledger's tag
+    CHECK(done.wr_id() == 23);          // the user's wr_id, not the ledger's tag
     CHECK(lb.a.in_flight_sends() == 0); // the two unsignaled sends completed before it
     CHECK(src.mr.in_flight() == 0);
 
@@ -151,7 +150,7 @@ TEST_CASE("checked: destroying a QP with sends in flight moves it to ERR, drains
     // c's completion waits in the shared CQ, unpolled, while a is destroyed.
     c.post(rx::write{src.span(), far.mr.remote<std::byte>()}.id(77));
     std::this_thread::sleep_for(std::chrono::milliseconds(50)); // it completes; nobody polls
-    CHECK(c.in_flight_sends() == 1);                             // so it is still counted
+    CHECK(c.in_flight_sends() == 1);                            // so it is still counted
     a->post_recv(rx::recv{mine.span()}.id(6));
     a->post(rx::send{src.span()}.id(5)); // b has no receive: RNR, retried forever
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

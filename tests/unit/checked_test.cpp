@@ -110,8 +110,8 @@ TEST_CASE("checked: inline sends hold no region; receives retire one by one, flu
 TEST_CASE("checked: a refused post forgets the requests from the refused one on") {
     rx::detail::qp_ledger ledger(fake_ctx, 19);
     std::array<ibv_sge, 1> s{{{0x10, 8, 0xf6}}};
-    std::array<ibv_send_wr, 4> chain{send_wr(1, 0, s.data(), 1), send_wr(2, 0, s.data(), 1),
-                                     send_wr(3, 0, s.data(), 1), send_wr(4, IBV_SEND_SIGNALED, s.data(), 1)};
+    std::array<ibv_send_wr, 4> chain{send_wr(1, 0, s.data(), 1), send_wr(2, 0, s.data(), 1), send_wr(3, 0, s.data(), 1),
+                                     send_wr(4, IBV_SEND_SIGNALED, s.data(), 1)};
     std::uint64_t const first = ledger.record(chain.data(), chain.size());
     CHECK(in_flight(0xf6) == 4);
     CHECK(ledger.cancel_sends(first + 2) == 3); // requests 2 and 3 of the chain were not posted
