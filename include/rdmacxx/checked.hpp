@@ -401,6 +401,14 @@ public:
     /// the next `poll`. Returns false when ibv_poll_cq(3) fails.
     bool drain_for(qp_ledger& qp) {
         std::lock_guard const lock(mutex_);
+        for (auto it = kept_.begin(); it != kept_.end();) { // kept by an earlier drain of another QP
+            if (it->qp_num == qp.qp_num()) {
+                qp.complete(*it);
+                it = kept_.erase(it);
+            } else {
+                ++it;
+            }
+        }
         std::array<ibv_wc, 16> wcs{};
         for (;;) {
             int const got = ::ibv_poll_cq(cq_, static_cast<int>(wcs.size()), wcs.data());

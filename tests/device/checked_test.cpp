@@ -130,50 +130,79 @@ TEST_CASE("checked: destroying a region with work in flight reports an in_flight
     CHECK(errors.messages()[0].find("destroyed while 1 work requests that use it are in flight") != std::string::npos);
 }
 
+namespace {
+using checked_rc = rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>;
+
+// Two connected pairs, a–b and c–d, where a and c share one CQ. The sends of a to b stay in
+// flight: b posts no receive and RNR retries go on forever.
+struct two_pairs {
+    two_pairs() {
+        opt.rnr_retry = 7;
+        opt.min_rnr_timer = 1;
+        a->connect(port, b.local_endpoint(port), opt);
+        b.connect(port, a->local_endpoint(port), opt);
+        c->connect(port, d.local_endpoint(port), opt);
+        d.connect(port, c->local_endpoint(port), opt);
+    }
+    rx::connect_options opt;
+    rx::context ctx = test::open_test_device();
+    rx::end_port port{ctx};
+    rx::protection_domain pd{ctx};
+    rx::completion_queue<rx::checked<rx::busy_poll>> shared{ctx, 64}, other{ctx, 64};
+    std::optional<checked_rc> a{std::in_place, pd, shared, shared};
+    checked_rc b{pd, other, other};
+    std::optional<checked_rc> c{std::in_place, pd, shared, shared};
+    checked_rc d{pd, other, other};
+    test::buffer src{pd, 64}, mine{pd, 64}, far{pd, 64};
+};
+} // namespace
+
 TEST_CASE("checked: destroying a QP with sends in flight moves it to ERR, drains it, and reports") {
     recorded_errors const errors;
-    rx::context ctx = test::open_test_device();
-    rx::end_port port(ctx);
-    rx::protection_domain pd(ctx);
-    rx::completion_queue<rx::checked<rx::busy_poll>> shared(ctx, 64), other(ctx, 64);
-    std::optional<rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>> a(std::in_place, pd, shared, shared);
-    rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>> b(pd, other, other), c(pd, shared, shared), d(pd, other, other);
-    rx::connect_options opt;
-    opt.rnr_retry = 7; // retry forever: a send to a QP with no receive stays in flight
-    opt.min_rnr_timer = 1;
-    a->connect(port, b.local_endpoint(port), opt);
-    b.connect(port, a->local_endpoint(port), opt);
-    c.connect(port, d.local_endpoint(port), opt);
-    d.connect(port, c.local_endpoint(port), opt);
-    test::buffer src(pd, 64), mine(pd, 64), far(pd, 64);
-
+    two_pairs t;
     // c's completion waits in the shared CQ, unpolled, while a is destroyed.
-    c.post(rx::write{src.span(), far.mr.remote<std::byte>()}.id(77));
+    t.c->post(rx::write{t.src.span(), t.far.mr.remote<std::byte>()}.id(77));
     std::this_thread::sleep_for(std::chrono::milliseconds(50)); // it completes; nobody polls
-    CHECK(c.in_flight_sends() == 1);                            // so it is still counted
-    a->post_recv(rx::recv{mine.span()}.id(6));
-    a->post(rx::send{src.span()}.id(5)); // b has no receive: RNR, retried forever
+    CHECK(t.c->in_flight_sends() == 1);                         // so it is still counted
+    t.a->post_recv(rx::recv{t.mine.span()}.id(6));
+    t.a->post(rx::send{t.src.span()}.id(5)); // b has no receive: RNR, retried forever
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    CHECK(a->in_flight_sends() == 1);
-    CHECK(src.mr.in_flight() == 2); // a's send and c's write
-    CHECK(mine.mr.in_flight() == 1);
+    CHECK(t.a->in_flight_sends() == 1);
+    CHECK(t.src.mr.in_flight() == 2); // a's send and c's write
+    CHECK(t.mine.mr.in_flight() == 1);
 
-    a.reset();
+    t.a.reset();
     REQUIRE(errors.messages().size() == 1);
     std::string const& m = errors.messages()[0];
     CHECK(m.find("RC QP") != std::string::npos);
     CHECK(m.find("destroyed with 1 send and 1 receive requests in flight (oldest send wr_id 5)") != std::string::npos);
     CHECK(m.find("moved to ERR and drained their completions") != std::string::npos);
-    CHECK(mine.mr.in_flight() == 0); // drained: no buffer of a's is written from now on
-    CHECK(src.mr.in_flight() == 1);  // c's write is still to be polled
+    CHECK(t.mine.mr.in_flight() == 0); // drained: no buffer of a's is written from now on
+    CHECK(t.src.mr.in_flight() == 1);  // c's write is still to be polled
 
-    auto const wc = shared.wait_one(); // the drain kept c's completion for the CQ's next poll
+    auto const wc = t.shared.wait_one(); // the drain kept c's completion for the CQ's next poll
     CHECK(wc.ok());
-    CHECK(wc.qp_num() == c.qp_num());
+    CHECK(wc.qp_num() == t.c->qp_num());
     CHECK(wc.wr_id() == 77);
-    CHECK(src.mr.in_flight() == 0);
-    CHECK(c.in_flight_sends() == 0);
-    CHECK(shared.poll<4>().empty()); // a's flushed completions were taken by the drain
+    CHECK(t.src.mr.in_flight() == 0);
+    CHECK(t.c->in_flight_sends() == 0);
+    CHECK(t.shared.poll<4>().empty()); // a's flushed completions were taken by the drain
+}
+
+TEST_CASE("checked: a QP's drain takes its completions that another QP's drain kept") {
+    recorded_errors const errors;
+    two_pairs t;
+    t.c->post(rx::write{t.src.span(), t.far.mr.remote<std::byte>()}.id(78));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    t.a->post(rx::send{t.src.span()}.id(5));
+    t.a.reset(); // keeps c's completion
+    t.c.reset(); // c's write is complete but unpolled: in flight as far as its owner knows
+    REQUIRE(errors.messages().size() == 2);
+    CHECK(errors.messages()[1].find("destroyed with 1 send and 0 receive requests in flight (oldest send wr_id 78)") !=
+          std::string::npos);
+    CHECK(errors.messages()[1].find("drained their completions") != std::string::npos); // found kept, not timed out
+    CHECK(t.src.mr.in_flight() == 0);
+    CHECK(t.shared.poll<4>().empty());
 }
 
 TEST_CASE("checked: a QP destroyed with only receives posted drains them quietly") {
