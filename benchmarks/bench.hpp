@@ -124,6 +124,7 @@ private:
 template <class Completion>
 struct lib_twin {
     static constexpr char const* name = "rdmacxx";
+    using strategy = Completion;
     using side_t = side<Completion>;
 
     /// A message from `from`'s local area to `to`'s remote area (or a local area alone).
@@ -208,12 +209,19 @@ struct lib_twin {
     }
 };
 
+/// The rdmacxx twin with in-flight tracking (`checked<Completion>`): what tracking costs.
+template <class Completion>
+struct checked_twin : lib_twin<rx::checked<Completion>> {
+    static constexpr char const* name = "rdmacxx-checked";
+};
+
 // --- the raw-verbs twin ----------------------------------------------------------------------
 
 /// Posts and polls with plain libibverbs calls, as a careful C programmer would.
 template <class Completion>
 struct raw_twin {
     static constexpr char const* name = "raw";
+    using strategy = Completion;
     using side_t = side<Completion>;
 
     struct msg {

@@ -3,6 +3,9 @@
 // flight (perftest's -t 128 -l L -Q S). One iteration is a stream of 1024 messages; the `msgs`
 // counter (kIsRate) is messages per second.
 //
+// The "rdmacxx-checked" rows post the same streams through `checked<busy_poll>` queue pairs:
+// the cost of in-flight tracking.
+//
 // Two more rows show rdmacxx's own techniques together, against perftest's default
 // configuration: "inline" rows (inline data, chains of 16, signaling every 64), and the
 // "selective" row: rdmacxx::selective_signaling posting inline writes one at a time, signaling
@@ -22,7 +25,7 @@ constexpr std::uint32_t rate_window = 128;
 template <template <class> class TwinT, std::size_t L, bool Send>
 void rate(benchmark::State& st) {
     using Twin = TwinT<rx::busy_poll>;
-    auto& r = rig<rx::busy_poll>::get();
+    auto& r = rig<typename Twin::strategy>::get();
     guarded(st, [&] {
         auto const every = static_cast<std::uint32_t>(st.range(0));
         bool const inl = st.range(1) != 0;
@@ -125,6 +128,11 @@ void register_rate() {
     add_op<raw_twin, false>();
     add_op<lib_twin, true>();
     add_op<raw_twin, true>();
+    // What in-flight tracking costs, beside the rdmacxx and raw rows of the same shape.
+    add<checked_twin, 1, false>(1, false);
+    add<checked_twin, 16, false>(64, false);
+    add<checked_twin, 1, true>(1, false);
+    add<checked_twin, 16, true>(64, false);
     benchmark::RegisterBenchmark("rate/rdmacxx/write/selective64/inline", selective_lib)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("rate/raw/write/selective64/inline", selective_raw)->Unit(benchmark::kMicrosecond);
 }
