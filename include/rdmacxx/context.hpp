@@ -113,8 +113,11 @@ struct gid_entry {
 
     /// "[1] ::ffff:198.18.0.1 RoCE v2 eth0": index, GID, type and network device (when any).
     [[nodiscard]] std::string to_string() const {
-        std::string s = "[" + std::to_string(index) + "] " + gid.to_string() + " " + rdmacxx::to_string(type);
-        if (auto const dev = netdev_name(); !dev.empty()) s += " " + dev;
+        // Appended piece by piece: GCC 12 at -O3 misreports `"[" + std::string&&` under -Werror=restrict.
+        std::string s(1, '[');
+        s.append(std::to_string(index)).append("] ").append(gid.to_string()).append(" ");
+        s.append(rdmacxx::to_string(type));
+        if (auto const dev = netdev_name(); !dev.empty()) s.append(" ").append(dev);
         return s;
     }
 };

@@ -178,7 +178,7 @@ private:
     static std::string check_device_name(std::string_view dev) {
         if (dev.empty()) return "the device name is empty";
         if (dev.size() > 63) return "the device name is longer than 63 characters";
-        if (dev == "." || dev == "..") return "\"" + std::string{dev} + "\" is not a device name";
+        if (dev == "." || dev == "..") return std::string{"\""}.append(dev).append("\" is not a device name");
         for (char c : dev) {
             bool const ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
                             c == '-' || c == '.';
@@ -246,10 +246,10 @@ inline std::string describe_ports(device_list const& devices) {
             context const ctx = d.open();
             std::uint8_t const n = ctx.port_count();
             for (unsigned p = 1; p <= n; ++p)
-                s += " " + std::string{d.name()} + "/" + std::to_string(p) + " " +
-                     std::string{ctx.query_port(static_cast<std::uint8_t>(p)).state_name()} + ",";
+                s.append(" ").append(d.name()).append("/").append(std::to_string(p)).append(" ")
+                    .append(ctx.query_port(static_cast<std::uint8_t>(p)).state_name()).append(",");
         } catch (error const&) {
-            s += " " + std::string{d.name()} + " (cannot be opened),";
+            s.append(" ").append(d.name()).append(" (cannot be opened),");
         }
     }
     s.pop_back();

@@ -205,25 +205,13 @@ public:
                                                   to_hex(static_cast<std::uint32_t>(rights)));
     }
 
-    memory_region(memory_region&&) noexcept = default;
-    /// Takes `other`'s registration after deregistering this one as the destructor does.
-    memory_region& operator=(memory_region&& other) noexcept {
-        if (this != &other) {
-            check_on_destroy();
-            handle_ = std::move(other.handle_);
-        }
-        return *this;
-    }
-    /// Deregisters (ibv_dereg_mr(3)); reports work in flight of checked QPs first, as the class says.
-    ~memory_region() { check_on_destroy(); }
-
     /// Deregisters now, leaving the object empty (as a moved-from one).
     /// @throws in_flight_error when requests of `checked` QPs that use the region are in flight:
     ///         the region then stays registered; sys_error when ibv_dereg_mr(3) fails.
     void deregister() {
         if (!handle_) return;
         if (std::uint64_t const n = in_flight(); n != 0) [[unlikely]]
-            throw in_flight_error(in_flight_message(n, "cannot be deregistered"), n, 0);
+            throw in_flight_error(in_flight_message(handle_.get(), n, "cannot be deregistered"), n, 0);
         if (int rc = ::ibv_dereg_mr(handle_.get()); rc != 0) [[unlikely]]
             detail::throw_sys(rc, "ibv_dereg_mr", "with lkey 0x" + to_hex(lkey()));
         (void)handle_.release();
@@ -231,10 +219,7 @@ public:
 
     /// Requests posted through `checked` QPs, of either queue, that use this region (by its lkey)
     /// and have not completed; always 0 without checked QPs.
-    [[nodiscard]] std::uint64_t in_flight() const noexcept {
-        if (!handle_ || !detail::region_ledger::used()) return 0;
-        return detail::region_ledger::instance().count(handle_->context, handle_->lkey);
-    }
+    [[nodiscard]] std::uint64_t in_flight() const noexcept { return handle_ ? in_flight(handle_.get()) : 0; }
 
     /// The whole region as a span of `T`.
     /// @throws argument_error when the region's start is not aligned for `T`, or when the region
@@ -296,18 +281,15 @@ public:
     [[nodiscard]] ibv_mr* native_handle() const noexcept { return handle_.get(); }
 
 private:
-    void check_on_destroy() noexcept {
-        if (std::uint64_t const n = in_flight(); n != 0) [[unlikely]] {
-            try {
-                detail::report_in_flight(in_flight_error(in_flight_message(n, "destroyed"), n, 0));
-            } catch (...) { // out of memory composing the message: deregister all the same
-            }
-        }
+    static std::uint64_t in_flight(ibv_mr const* mr) noexcept {
+        return detail::region_ledger::used() ? detail::region_ledger::instance().count(mr->context, mr->lkey) : 0;
     }
-    [[nodiscard]] std::string in_flight_message(std::uint64_t n, char const* what) const {
-        return "memory region [0x" + to_hex(reinterpret_cast<std::uintptr_t>(address())) + ", +" +
-               std::to_string(length()) + " bytes) with lkey 0x" + to_hex(lkey()) + " " + what + " while " +
-               std::to_string(n) + " work requests that use it are in flight";
+    static std::string in_flight_message(ibv_mr const* mr, std::uint64_t n, char const* what) {
+        std::string s = "memory region [0x";
+        s.append(to_hex(reinterpret_cast<std::uintptr_t>(mr->addr))).append(", +").append(std::to_string(mr->length));
+        s.append(" bytes) with lkey 0x").append(to_hex(mr->lkey)).append(" ").append(what).append(" while ");
+        s.append(std::to_string(n)).append(" work requests that use it are in flight");
+        return s;
     }
 
     static std::string to_hex(std::uint64_t v) {
@@ -325,8 +307,17 @@ private:
                                    " bytes is longer than one scatter-gather entry can describe (2^32 - 1 bytes)");
     }
 
+    // Deregisters; reports the work of checked QPs still in flight first (see the class).
     struct deleter {
-        void operator()(ibv_mr* m) const noexcept { (void)::ibv_dereg_mr(m); }
+        void operator()(ibv_mr* m) const noexcept {
+            if (std::uint64_t const n = in_flight(m); n != 0) [[unlikely]] {
+                try {
+                    detail::report_in_flight(in_flight_error(in_flight_message(m, n, "destroyed"), n, 0));
+                } catch (...) { // NOLINT(bugprone-empty-catch): no memory for the message; deregister all the same
+                }
+            }
+            (void)::ibv_dereg_mr(m);
+        }
     };
     std::unique_ptr<ibv_mr, deleter> handle_;
 };
