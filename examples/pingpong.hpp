@@ -2,7 +2,8 @@
 // The ping-pong shared by rc_pingpong, uc_pingpong and ud_pingpong: one program over rdmacxx,
 // templated on the transport, modelled on rdma-core's ibv_rc_pingpong / ibv_uc_pingpong /
 // ibv_ud_pingpong, with their flags and their out-of-band TCP exchange of LID, QPN, PSN and GID
-// (the same text message).
+// (the same text message). Its option parsing, out-of-band exchange and error reporting serve
+// srq_pingpong too.
 //
 //   server:  xx_pingpong [options]
 //   client:  xx_pingpong [options] SERVER
@@ -41,31 +42,44 @@ struct options {
     unsigned iterations = 1000;
     std::uint32_t rx_depth = 64;
     std::uint32_t mtu = 1024;
+    std::uint8_t sl = 0; // service level
+    unsigned num_qp = 1; // QPs per side (srq_pingpong's -q)
     bool events = false;
+    bool odp = false; // register the buffers for on-demand paging
     std::optional<std::string> server;
 };
 
-void usage(char const* argv0) {
+// The help text; `defaults` are the program's defaults, `multi_qp` whether it takes -q.
+void usage(char const* argv0, options const& defaults, bool multi_qp) {
     std::printf("Usage:\n"
                 "  %s            start a server and wait for connection\n"
                 "  %s <host>     connect to server at <host>\n\n"
-                "Options:\n"
-                "  -p, --port=<port>      listen on/connect to port <port> (default 18515)\n"
-                "  -d, --ib-dev=<dev>     use IB device <dev> (default first device found)\n"
-                "  -i, --ib-port=<port>   use port <port> of IB device (default 1)\n"
-                "  -s, --size=<size>      size of message to exchange (default 4096)\n"
-                "  -m, --mtu=<size>       path MTU (default 1024)\n"
-                "  -n, --iters=<iters>    number of exchanges (default 1000)\n"
-                "  -r, --rx-depth=<dep>   number of receives to post at a time (default 64)\n"
-                "  -g, --gid-idx=<gid>    local port GID index (default: the best RoCE v2 GID)\n"
-                "  -e, --events           sleep on CQ events (default poll)\n",
+                "Options:\n",
                 argv0, argv0);
+    std::printf("  -p, --port=<port>      listen on/connect to port <port> (default %s)\n"
+                "  -d, --ib-dev=<dev>     use IB device <dev> (default first device found)\n"
+                "  -i, --ib-port=<port>   use port <port> of IB device (default %u)\n"
+                "  -s, --size=<size>      size of message to exchange (default %zu)\n"
+                "  -m, --mtu=<size>       path MTU (default %u)\n",
+                defaults.port.c_str(), unsigned{defaults.ib_port}, defaults.size, defaults.mtu);
+    if (multi_qp) std::printf("  -q, --num-qp=<num>     number of QPs to use (default %u)\n", defaults.num_qp);
+    std::printf("  -n, --iters=<iters>    number of exchanges (default %u)\n"
+                "  -r, --rx-depth=<dep>   number of receives to post at a time (default %u)\n"
+                "  -l, --sl=<sl>          service level value (default %u)\n"
+                "  -g, --gid-idx=<gid>    local port GID index (default: the best RoCE v2 GID)\n"
+                "  -e, --events           sleep on CQ events (default poll)\n"
+                "  -c, --chk              validate received buffers (always done)\n"
+                "  -o, --odp              use on-demand paging for the message buffers\n",
+                defaults.iterations, defaults.rx_depth, unsigned{defaults.sl});
 }
+
+// The size of the text message below, with its terminating NUL.
+constexpr std::size_t wire_size = sizeof "0000:000000:000000:00000000000000000000000000000000";
 
 // The fixed-size text message ibv_rc_pingpong exchanges: "LID:QPN:PSN:GID" in hex, the GID as
 // its 16 raw bytes in hex.
 std::string to_wire(rx::endpoint const& e) {
-    char msg[sizeof "0000:000000:000000:00000000000000000000000000000000"];
+    char msg[wire_size];
     int n = std::snprintf(msg, sizeof msg, "%04x:%06x:%06x:", e.lid, e.qpn, e.psn);
     for (std::uint8_t b : e.gid.bytes())
         n += std::snprintf(msg + n, sizeof msg - static_cast<std::size_t>(n), "%02x", b);
@@ -169,6 +183,52 @@ void print_endpoint(char const* which, rx::endpoint const& e) {
                 e.gid.to_string().c_str());
 }
 
+// Registers `storage` for local write, and with -o for on-demand paging too.
+inline rx::memory_region register_buffers(rx::protection_domain& pd, std::vector<std::byte>& storage, bool odp) {
+    if (!odp) return pd.register_memory(std::span{storage}, rx::access::local_write);
+    try {
+        return pd.register_memory(std::span{storage}, rx::access::local_write | rx::access::on_demand);
+    } catch (rx::error& e) {
+        e.push_context("-o asks for on-demand paging: does the device support it?");
+        throw;
+    }
+}
+
+// The out-of-band exchange of rdma-core's ping-pongs over TCP port `opt.port`, one `to_wire`
+// message per entry of `local` (not empty), in order. The client sends its messages, reads as
+// many from the server, calls `ready(remote)` and answers "done"; the server reads the client's,
+// calls `ready(remote)` and only then answers with its own, and waits for "done". When it
+// returns, the QPs of both sides are ready. Returns the peer's endpoints.
+template <class Ready>
+std::vector<rx::endpoint> exchange(options const& opt, std::vector<rx::endpoint> const& local, Ready const& ready) {
+    std::string wire;
+    for (rx::endpoint const& e : local)
+        wire += to_wire(e);
+    bool const is_client = opt.server.has_value();
+    tcp_socket sock = is_client ? tcp_socket::connect_to(*opt.server, opt.port) : tcp_socket::accept_on(opt.port);
+    auto receive = [&] {
+        std::string const messages = sock.receive_exactly(wire.size());
+        std::vector<rx::endpoint> remote;
+        remote.reserve(local.size());
+        for (std::size_t at = 0; at < messages.size(); at += wire_size)
+            remote.push_back(from_wire(messages.substr(at, wire_size)));
+        return remote;
+    };
+    std::vector<rx::endpoint> remote;
+    if (is_client) {
+        sock.send_all(wire);
+        remote = receive();
+        ready(remote);
+        sock.send_all(std::string("done", 5));
+    } else {
+        remote = receive();
+        ready(remote);
+        sock.send_all(wire);
+        (void)sock.receive_exactly(5); // "done": the client's QPs are ready too
+    }
+    return remote;
+}
+
 template <class Transport, class Completion>
 int run(options const& opt) {
     constexpr bool is_ud = !Transport::connected;
@@ -180,7 +240,7 @@ int run(options const& opt) {
 
     rx::protection_domain pd(ctx);
     std::vector<std::byte> storage(grh + opt.size);
-    rx::memory_region mr = pd.register_memory(std::span{storage}, rx::access::local_write);
+    rx::memory_region mr = register_buffers(pd, storage, opt.odp);
     rx::local_span<std::byte> const recv_buf = mr.span();        // GRH (UD) + message
     rx::local_span<std::byte> const msg = recv_buf.subspan(grh); // the message
     std::span<std::byte> const buf = msg.span();
@@ -188,6 +248,7 @@ int run(options const& opt) {
     rx::queue_pair<Transport, Completion> qp(pd, cq, cq, {.max_send_wr = 1, .max_recv_wr = opt.rx_depth});
     rx::connect_options copt;
     copt.path_mtu = rx::mtu_from_bytes(opt.mtu);
+    copt.service_level = opt.sl;
     if constexpr (is_ud) {
         qp.activate(port, copt);
         if (opt.size > qp.path_mtu_bytes())
@@ -202,29 +263,15 @@ int run(options const& opt) {
         qp.post_recv(rx::recv{recv_buf}.id(1));
 
     rx::endpoint const local = qp.local_endpoint(port);
-    std::string const wire = to_wire(local);
     bool const is_client = opt.server.has_value();
-    tcp_socket sock = is_client ? tcp_socket::connect_to(*opt.server, opt.port) : tcp_socket::accept_on(opt.port);
-    rx::endpoint remote;
-    auto ready = [&] {
-        if constexpr (!is_ud) {
-            qp.to_rtr(port, remote, copt);
-            qp.to_rts(copt);
-        }
-    };
-    if (is_client) {
-        sock.send_all(wire);
-        remote = from_wire(sock.receive_exactly(wire.size()));
-        ready();
-        sock.send_all(std::string("done", 5));
-    } else {
-        remote = from_wire(sock.receive_exactly(wire.size()));
-        ready();
-        sock.send_all(wire);
-        (void)sock.receive_exactly(5); // "done": the client's QP is ready too
-    }
+    rx::endpoint const remote = exchange(opt, {local}, [&]([[maybe_unused]] std::vector<rx::endpoint> const& peer) {
+                                    if constexpr (!is_ud) {
+                                        qp.to_rtr(port, peer.front(), copt);
+                                        qp.to_rts(copt);
+                                    }
+                                }).front();
     std::optional<rx::address_handle> ah;
-    if constexpr (is_ud) ah.emplace(pd, port, remote.lid, remote.gid);
+    if constexpr (is_ud) ah.emplace(pd, port, remote.lid, remote.gid, opt.sl);
     auto const message = [&] {
         if constexpr (is_ud)
             return rx::send{msg}.id(2).to(*ah, remote.qpn, copt.qkey);
@@ -301,69 +348,98 @@ int run(options const& opt) {
     return mismatches == 0 ? 0 : 1;
 }
 
-/// Parses rdma-core's pingpong flags and runs the ping-pong over `Transport`.
-template <class Transport>
-int main(int argc, char** argv, std::size_t default_size) {
-    options opt;
-    opt.size = default_size;
+// Parses rdma-core's ping-pong flags into `opt`, which holds the program's defaults; -q only
+// when `multi_qp`. Returns the exit status when the program is to stop here (-h, a usage error).
+// Throws for a value out of range.
+inline std::optional<int> parse(int argc, char** argv, options& opt, bool multi_qp) {
+    options const defaults = opt;
     static option const long_options[] = {
         {"port", required_argument, nullptr, 'p'},
         {"ib-dev", required_argument, nullptr, 'd'},
         {"ib-port", required_argument, nullptr, 'i'},
         {"size", required_argument, nullptr, 's'},
         {"mtu", required_argument, nullptr, 'm'},
+        {"num-qp", required_argument, nullptr, 'q'},
         {"iters", required_argument, nullptr, 'n'},
         {"rx-depth", required_argument, nullptr, 'r'},
+        {"sl", required_argument, nullptr, 'l'},
         {"gid-idx", required_argument, nullptr, 'g'},
         {"events", no_argument, nullptr, 'e'},
+        {"chk", no_argument, nullptr, 'c'},
+        {"odp", no_argument, nullptr, 'o'},
         {"help", no_argument, nullptr, 'h'},
         {nullptr, 0, nullptr, 0},
     };
-    try {
-        for (int c; (c = ::getopt_long(argc, argv, "p:d:i:s:m:n:r:g:eh", long_options, nullptr)) != -1;) {
-            switch (c) {
-            case 'p':
-                opt.port = optarg;
-                break;
-            case 'd':
-                opt.device = optarg;
-                break;
-            case 'i':
-                opt.ib_port = static_cast<std::uint8_t>(std::stoul(optarg));
-                break;
-            case 's':
-                opt.size = std::stoul(optarg);
-                break;
-            case 'm':
-                opt.mtu = static_cast<std::uint32_t>(std::stoul(optarg));
-                break;
-            case 'n':
-                opt.iterations = static_cast<unsigned>(std::stoul(optarg));
-                break;
-            case 'g':
-                opt.gid_index = std::stoi(optarg);
-                break;
-            case 'r':
-                opt.rx_depth = static_cast<std::uint32_t>(std::stoul(optarg));
-                break;
-            case 'e':
-                opt.events = true;
-                break;
-            default:
-                usage(argv[0]);
-                return c == 'h' ? 0 : 1;
+    char const* const short_options = multi_qp ? "p:d:i:s:m:q:n:r:l:g:ecoh" : "p:d:i:s:m:n:r:l:g:ecoh";
+    for (int c; (c = ::getopt_long(argc, argv, short_options, long_options, nullptr)) != -1;) {
+        switch (c) {
+        case 'p':
+            opt.port = optarg;
+            break;
+        case 'd':
+            opt.device = optarg;
+            break;
+        case 'i':
+            opt.ib_port = static_cast<std::uint8_t>(std::stoul(optarg));
+            break;
+        case 's':
+            opt.size = std::stoul(optarg);
+            break;
+        case 'm':
+            opt.mtu = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 'q':
+            if (!multi_qp) {
+                usage(argv[0], defaults, multi_qp);
+                return 1;
             }
+            opt.num_qp = static_cast<unsigned>(std::stoul(optarg));
+            break;
+        case 'n':
+            opt.iterations = static_cast<unsigned>(std::stoul(optarg));
+            break;
+        case 'l':
+            if (unsigned long const sl = std::stoul(optarg); sl <= 15)
+                opt.sl = static_cast<std::uint8_t>(sl);
+            else
+                throw rx::argument_error("service level " + std::to_string(sl) + " is over 15 (-l)");
+            break;
+        case 'g':
+            opt.gid_index = std::stoi(optarg);
+            break;
+        case 'r':
+            opt.rx_depth = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 'e':
+            opt.events = true;
+            break;
+        case 'c': // received data is always checked
+            break;
+        case 'o':
+            opt.odp = true;
+            break;
+        default:
+            usage(argv[0], defaults, multi_qp);
+            return c == 'h' ? 0 : 1;
         }
-        if (optind == argc - 1)
-            opt.server = argv[optind];
-        else if (optind < argc) {
-            usage(argv[0]);
-            return 1;
-        }
-        if (opt.size == 0 || opt.iterations == 0 || opt.rx_depth == 0)
-            throw rx::argument_error("size, iterations and rx-depth must be positive");
-        (void)rx::mtu_from_bytes(opt.mtu);
-        return opt.events ? run<Transport, rx::event_driven>(opt) : run<Transport, rx::busy_poll>(opt);
+    }
+    if (optind == argc - 1)
+        opt.server = argv[optind];
+    else if (optind < argc) {
+        usage(argv[0], defaults, multi_qp);
+        return 1;
+    }
+    if (opt.size == 0 || opt.iterations == 0 || opt.rx_depth == 0)
+        throw rx::argument_error("size, iterations and rx-depth must be positive");
+    (void)rx::mtu_from_bytes(opt.mtu);
+    return std::nullopt;
+}
+
+// Runs `body` and returns its exit status; an exception is printed to stderr and gives 1.
+template <class Body>
+int guarded(Body const& body) {
+    try {
+        return body();
     } catch (rx::error const& e) {
         e.dump_detailed(std::cerr, "E:", 2);
         return 1;
@@ -371,6 +447,17 @@ int main(int argc, char** argv, std::size_t default_size) {
         std::cerr << "E: " << e.what() << '\n';
         return 1;
     }
+}
+
+/// Parses rdma-core's pingpong flags and runs the ping-pong over `Transport`.
+template <class Transport>
+int main(int argc, char** argv, std::size_t default_size) {
+    options opt;
+    opt.size = default_size;
+    return guarded([&] {
+        if (std::optional<int> const status = parse(argc, argv, opt, false)) return *status;
+        return opt.events ? run<Transport, rx::event_driven>(opt) : run<Transport, rx::busy_poll>(opt);
+    });
 }
 
 } // namespace pingpong
