@@ -210,7 +210,9 @@ template <kind K, std::size_t L>
 [[gnu::noinline]] void post_rdmacxx(rig& r) {
     targets const t = r.t;
     for (std::size_t i = 0; i < batch; i += L) {
-        [&]<std::size_t... J>(std::index_sequence<J...>) {
+        // The lambda only spells out the L requests a user would write in one post(…) call: inlined
+        // always, or GCC -O3 keeps it as a function of its own (the raw twin has no such call).
+        [&]<std::size_t... J>(std::index_sequence<J...>) __attribute__((always_inline)) {
             if constexpr (K == kind::recv)
                 r.a.post_recv(typed<K>(t, i + J)...);
             else

@@ -246,8 +246,13 @@ inline std::string describe_ports(device_list const& devices) {
             context const ctx = d.open();
             std::uint8_t const n = ctx.port_count();
             for (unsigned p = 1; p <= n; ++p)
-                s.append(" ").append(d.name()).append("/").append(std::to_string(p)).append(" ")
-                    .append(ctx.query_port(static_cast<std::uint8_t>(p)).state_name()).append(",");
+                s.append(" ")
+                    .append(d.name())
+                    .append("/")
+                    .append(std::to_string(p))
+                    .append(" ")
+                    .append(ctx.query_port(static_cast<std::uint8_t>(p)).state_name())
+                    .append(",");
         } catch (error const&) {
             s.append(" ").append(d.name()).append(" (cannot be opened),");
         }

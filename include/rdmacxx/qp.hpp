@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <span>
@@ -507,8 +508,8 @@ public:
                 detail::throw_post(rc, "ibv_wr_complete", 0, first_wr_id(wrs...), first_opcode<Wrs...>(), qp_num());
             return;
         }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
-        std::array<ibv_sge, sge_total<Wrs...>> sges; // filled by link
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link zeroes each before building it
+        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
         link(chain, sges, wrs...);
         if constexpr (tracked) {
             std::size_t i = 0;
@@ -614,8 +615,8 @@ public:
             }
             return {};
         }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain{};
-        std::array<ibv_sge, sge_total<Wrs...>> sges; // filled by link
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link zeroes each before building it
+        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
         link(chain, sges, wrs...);
         if constexpr (tracked) {
             std::size_t i = 0;
@@ -788,8 +789,11 @@ private:
                                  Wrs const&... wrs) noexcept {
         [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
             std::size_t at = 0;
-            ((wrs.template build<Transport>(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
-              chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
+            // Each request zeroed just before it is built (as a C programmer's memset per request),
+            // not the whole chain up front: GCC then drops the zeros that the build overwrites,
+            // where at -O3 it would clear a 16-request chain with `rep stos` first.
+            ((std::memset(&chain[I], 0, sizeof(ibv_send_wr)), wrs.template build<Transport>(chain[I]),
+              chain[I].sg_list = copy_sges(sges, at, wrs.sges()), chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
              ...);
         }
         (std::make_index_sequence<N>{});
