@@ -298,28 +298,24 @@ private:
         }
     }
 
-    // A checked QP's send chain: recorded (tags as wr_id), posted, and what was not posted
-    // forgotten again. Returns ibv_post_send(3)'s value; on failure `bad` is the index of the
+    // A checked QP's send or receive chain: recorded (tags as wr_id), posted, and what was not
+    // posted forgotten again. Returns the post verb's value; on failure `bad` is the index of the
     // first request not posted and `bad_wr_id` its user wr_id.
-    int post_send_tracked(ibv_send_wr* chain, std::size_t n, std::size_t& bad, std::uint64_t& bad_wr_id) {
+    template <class Wr>
+    int post_tracked(Wr* chain, std::size_t n, std::size_t& bad, std::uint64_t& bad_wr_id) {
+        constexpr bool send_queue = std::is_same_v<Wr, ibv_send_wr>;
         std::uint64_t const first = tracking_->ledger().record(chain, n);
-        ibv_send_wr* bad_wr = nullptr;
-        int const rc = ::ibv_post_send(qp_.get(), chain, &bad_wr);
+        Wr* bad_wr = nullptr;
+        int rc = 0;
+        if constexpr (send_queue)
+            rc = ::ibv_post_send(qp_.get(), chain, &bad_wr);
+        else
+            rc = ::ibv_post_recv(qp_.get(), chain, &bad_wr);
         if (rc != 0) [[unlikely]] {
             bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
                                                                              : 0;
-            bad_wr_id = tracking_->ledger().cancel_sends(first + bad);
-        }
-        return rc;
-    }
-    int post_recv_tracked(ibv_recv_wr* chain, std::size_t n, std::size_t& bad, std::uint64_t& bad_wr_id) {
-        std::uint64_t const first = tracking_->ledger().record(chain, n);
-        ibv_recv_wr* bad_wr = nullptr;
-        int const rc = ::ibv_post_recv(qp_.get(), chain, &bad_wr);
-        if (rc != 0) [[unlikely]] {
-            bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
-                                                                             : 0;
-            bad_wr_id = tracking_->ledger().cancel_recvs(first + bad);
+            bad_wr_id = send_queue ? tracking_->ledger().cancel_sends(first + bad)
+                                   : tracking_->ledger().cancel_recvs(first + bad);
         }
         return rc;
     }
@@ -514,7 +510,7 @@ public:
         if constexpr (tracked) {
             std::size_t i = 0;
             std::uint64_t user_wr_id = 0;
-            if (int rc = post_send_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+            if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
                 detail::throw_post(rc, "ibv_post_send", i, user_wr_id, chain[i].opcode, qp_num());
             return;
         }
@@ -566,7 +562,7 @@ public:
             if constexpr (tracked) {
                 std::size_t i = 0;
                 std::uint64_t user_wr_id = 0;
-                if (int rc = post_send_tracked(chain.data(), n, i, user_wr_id); rc != 0) [[unlikely]]
+                if (int rc = post_tracked(chain.data(), n, i, user_wr_id); rc != 0) [[unlikely]]
                     detail::throw_post(rc, "ibv_post_send", base + i, user_wr_id, chain[i].opcode, qp_num());
                 continue;
             }
@@ -622,7 +618,7 @@ public:
             std::size_t i = 0;
             std::uint64_t user_wr_id = 0;
             try {
-                if (int rc = post_send_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+                if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
                     return {rc, i};
             } catch (...) { // the ledger could not grow: nothing was posted
                 return {ENOMEM, 0};
@@ -646,7 +642,7 @@ public:
         if constexpr (tracked) {
             std::size_t i = 0;
             std::uint64_t user_wr_id = 0;
-            if (int rc = post_recv_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+            if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
                 detail::throw_post(rc, "ibv_post_recv", i, user_wr_id, -1, qp_num());
             return;
         }
@@ -669,7 +665,7 @@ public:
             std::size_t i = 0;
             std::uint64_t user_wr_id = 0;
             try {
-                if (int rc = post_recv_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
+                if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
                     return {rc, i};
             } catch (...) { // the ledger could not grow: nothing was posted
                 return {ENOMEM, 0};
