@@ -23,6 +23,7 @@
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <ostream>
@@ -58,14 +59,18 @@ struct spin_of<C> {
 ///   region registered; destroying such a region reports an `in_flight_error` to the handler;
 /// - destroying a queue pair with work in flight moves it to ERR and drains its flushed
 ///   completions from its CQs before ibv_destroy_qp(3), so that no buffer is written after its
-///   owner is gone; when send requests were among them it reports an `in_flight_error` to the
-///   handler (outstanding receives alone are the normal state of a QP and are drained quietly).
+///   owner is gone (an RC or UC QP also posts a signaled empty SEND after the move, as the
+///   kernel's ib_drain_sq() does, to learn that unsignaled sends ended); when send requests
+///   were among them, or some did not complete within `queue_pair::drain_timeout`, it reports
+///   an `in_flight_error` to the handler (outstanding receives alone are the normal state of a
+///   QP and are drained quietly).
 ///
 /// Completions keep the user's `wr_id`: the QP posts its own sequence numbers and the CQ puts
 /// the user's back before a completion is returned. Completions of other QPs that a drain polls
 /// from a shared CQ are kept by the CQ and returned by its next poll.
 /// Costs: a mutex and a few hash-map updates per request; for debugging and tests.
-/// Not tracked: receives posted to a `shared_receive_queue`, and the peer's memory.
+/// Not tracked: receives posted to a `shared_receive_queue` (their completions pass through
+/// untouched), the peer's memory, and a QP adopted without its CQs.
 template <class C>
 struct checked : detail::spin_of<C> {
     /// The strategy that waits.
@@ -113,7 +118,8 @@ private:
 
 /// What a destructor does with an `in_flight_error` (destructors do not throw): the default
 /// prints `dump_detailed(std::cerr, "E:", 2)` and calls std::terminate(), as `std::thread`'s
-/// destructor does for a thread still joinable.
+/// destructor does for a thread still joinable, except while an exception unwinds the stack
+/// (then it only prints, and the exception in flight goes on).
 using in_flight_handler = void (*)(in_flight_error const&) noexcept;
 
 namespace detail {
@@ -122,7 +128,7 @@ inline void default_in_flight_handler(in_flight_error const& e) noexcept {
         e.dump_detailed(std::cerr, "E:", 2);
     } catch (...) { // NOLINT(bugprone-empty-catch): nothing more to do on the way to terminate
     }
-    std::terminate();
+    if (std::uncaught_exceptions() == 0) std::terminate(); // while unwinding, the first error goes on
 }
 inline std::atomic<in_flight_handler>& in_flight_handler_slot() noexcept {
     static std::atomic<in_flight_handler> slot{&default_in_flight_handler};
@@ -191,14 +197,18 @@ private:
 };
 
 /// The requests of one checked QP that have been posted and not yet completed, in posting
-/// order per queue. Posted requests carry a tag as `wr_id`: bit 63 set for the receive queue,
-/// the request's sequence number below; `complete` maps a completion back to the user's `wr_id`.
+/// order per queue. Posted requests carry a tag as `wr_id`: the top two bits say which queue
+/// (0b10 send, 0b11 receive), the rest is the request's sequence number; `complete` maps a
+/// completion back to the user's `wr_id`. A completion whose `wr_id` is not a tag of this
+/// ledger's (a receive taken from a shared receive queue) is left as it is.
 /// Thread-safety: internally locked (a poller and a poster may be different threads).
 class qp_ledger {
 public:
-    static constexpr std::uint64_t recv_bit = std::uint64_t{1} << 63;
+    static constexpr std::uint64_t tag_bit = std::uint64_t{1} << 63;
+    static constexpr std::uint64_t recv_bit = std::uint64_t{1} << 62;
+    static constexpr std::uint64_t seq_mask = recv_bit - 1;
 
-    qp_ledger(ibv_context const* ctx, std::uint32_t qp_num) noexcept : ctx_(ctx), qp_num_(qp_num) {}
+    qp_ledger(ibv_context const* ctx, std::uint32_t qp_num) : ctx_(ctx), qp_num_(qp_num) {}
     qp_ledger(qp_ledger const&) = delete;
     qp_ledger& operator=(qp_ledger const&) = delete;
     ~qp_ledger() {
@@ -210,15 +220,20 @@ public:
     [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_num_; }
 
     /// Records the chain `wrs` (n requests) before it is posted and replaces each `wr_id` by its
-    /// tag; returns the sequence number of the first.
+    /// tag; returns the sequence number of the first. Records nothing when it throws.
     std::uint64_t record(ibv_send_wr* wrs, std::size_t n) {
         std::lock_guard const lock(mutex_);
         std::uint64_t const first = send_.next;
-        for (std::size_t i = 0; i < n; ++i) {
-            bool const inlined = (wrs[i].send_flags & IBV_SEND_INLINE) != 0;
-            push(send_, wrs[i].wr_id, (wrs[i].send_flags & IBV_SEND_SIGNALED) != 0,
-                 inlined ? std::span<ibv_sge const>{} : std::span<ibv_sge const>{wrs[i].sg_list, sge_count(wrs[i])});
-            wrs[i].wr_id = send_.next - 1;
+        try {
+            for (std::size_t i = 0; i < n; ++i) {
+                bool const inlined = (wrs[i].send_flags & IBV_SEND_INLINE) != 0;
+                wrs[i].wr_id = push(send_, wrs[i].wr_id,
+                                    inlined ? std::span<ibv_sge const>{}
+                                            : std::span<ibv_sge const>{wrs[i].sg_list, sge_count(wrs[i])});
+            }
+        } catch (...) {
+            unwind(send_, first, wrs);
+            throw;
         }
         return first;
     }
@@ -226,35 +241,50 @@ public:
     std::uint64_t record(ibv_recv_wr* wrs, std::size_t n) {
         std::lock_guard const lock(mutex_);
         std::uint64_t const first = recv_.next;
-        for (std::size_t i = 0; i < n; ++i) {
-            push(recv_, wrs[i].wr_id, true, std::span<ibv_sge const>{wrs[i].sg_list, sge_count(wrs[i])});
-            wrs[i].wr_id = (recv_.next - 1) | recv_bit;
+        try {
+            for (std::size_t i = 0; i < n; ++i)
+                wrs[i].wr_id = push(recv_, wrs[i].wr_id, std::span<ibv_sge const>{wrs[i].sg_list, sge_count(wrs[i])});
+        } catch (...) {
+            unwind(recv_, first, wrs);
+            throw;
         }
         return first;
     }
-    /// Records one send request written with the extended API; returns its tag.
+    /// Records one send request written with the extended API; returns its tag (whose low bits
+    /// are its sequence number, for `cancel_sends`).
     std::uint64_t record_send(std::uint64_t user_wr_id, unsigned flags, std::span<ibv_sge const> sges) {
         std::lock_guard const lock(mutex_);
-        push(send_, user_wr_id, (flags & IBV_SEND_SIGNALED) != 0,
-             (flags & IBV_SEND_INLINE) != 0 ? std::span<ibv_sge const>{} : sges);
-        return send_.next - 1;
+        return push(send_, user_wr_id, (flags & IBV_SEND_INLINE) != 0 ? std::span<ibv_sge const>{} : sges);
     }
 
-    /// Forgets the requests from sequence number `from` on (not posted after all); returns the
-    /// user's `wr_id` of the one at `from`.
-    std::uint64_t cancel_sends(std::uint64_t from) noexcept { return cancel(send_, from); }
-    std::uint64_t cancel_recvs(std::uint64_t from) noexcept { return cancel(recv_, from); }
+    /// Forgets the requests from sequence number (or tag) `from` on (not posted after all);
+    /// returns the user's `wr_id` of the one at `from`.
+    std::uint64_t cancel_sends(std::uint64_t from) noexcept {
+        std::lock_guard const lock(mutex_);
+        return cancel(send_, from & seq_mask);
+    }
+    std::uint64_t cancel_recvs(std::uint64_t from) noexcept {
+        std::lock_guard const lock(mutex_);
+        return cancel(recv_, from & seq_mask);
+    }
 
     /// Accounts for completion `wc` of this QP: retires its request and every earlier one of
-    /// the same queue, and puts the user's `wr_id` back into `wc`.
-    void complete(ibv_wc& wc) noexcept {
+    /// the same queue, and puts the user's `wr_id` back into `wc`. Returns false, leaving `wc`
+    /// as it is, when its `wr_id` is not one of this ledger's tags.
+    bool complete(ibv_wc& wc) noexcept {
+        if ((wc.wr_id & tag_bit) == 0) return false;
+        bool const recv_tag = (wc.wr_id & recv_bit) != 0;
+        // A successful completion names its queue: a receive from a shared receive queue whose
+        // user wr_id looks like a send tag is told apart here.
+        if (wc.status == IBV_WC_SUCCESS && ((wc.opcode & IBV_WC_RECV) != 0) != recv_tag) return false;
         std::lock_guard const lock(mutex_);
-        queue& q = (wc.wr_id & recv_bit) != 0 ? recv_ : send_;
-        std::uint64_t const seq = wc.wr_id & ~recv_bit;
-        if (seq < q.front_seq || seq >= q.next) return; // not a tag of this ledger's
+        queue& q = recv_tag ? recv_ : send_;
+        std::uint64_t const seq = wc.wr_id & seq_mask;
+        if (seq < q.front_seq || seq >= q.next) return false;
         wc.wr_id = q.records[seq - q.front_seq].user_wr_id;
         while (q.front_seq <= seq)
             pop_front(q);
+        return true;
     }
 
     [[nodiscard]] std::uint64_t sends() const noexcept {
@@ -270,28 +300,35 @@ public:
         std::lock_guard const lock(mutex_);
         return send_.records.empty() ? 0 : send_.records.front().user_wr_id;
     }
+    /// Forgets every request (the QP was reset: its queues were emptied without completions).
+    void forget_all() noexcept {
+        std::lock_guard const lock(mutex_);
+        release_all(send_);
+        release_all(recv_);
+    }
 
 private:
     struct record_t {
         std::uint64_t user_wr_id;
         std::uint32_t lkeys; // how many entries of queue::lkeys are this request's
-        bool signaled;
     };
     struct queue {
         std::deque<record_t> records;
         std::deque<std::uint32_t> lkeys; // the distinct non-inline lkeys of each record, in order
         std::uint64_t front_seq = 0;     // sequence number of records.front()
         std::uint64_t next = 0;          // sequence number of the next request
+        std::uint64_t tag_bits = 0;      // tag_bit, and recv_bit for the receive queue
     };
 
     static std::size_t sge_count(ibv_send_wr const& wr) noexcept {
-        return wr.sg_list == nullptr ? 0 : static_cast<std::size_t>(wr.num_sge);
+        return wr.sg_list == nullptr || wr.num_sge < 0 ? 0 : static_cast<std::size_t>(wr.num_sge);
     }
     static std::size_t sge_count(ibv_recv_wr const& wr) noexcept {
-        return wr.sg_list == nullptr ? 0 : static_cast<std::size_t>(wr.num_sge);
+        return wr.sg_list == nullptr || wr.num_sge < 0 ? 0 : static_cast<std::size_t>(wr.num_sge);
     }
 
-    void push(queue& q, std::uint64_t user_wr_id, bool signaled, std::span<ibv_sge const> sges) {
+    // Appends a record; returns its tag. Strong guarantee: on an exception nothing is recorded.
+    std::uint64_t push(queue& q, std::uint64_t user_wr_id, std::span<ibv_sge const> sges) {
         std::array<std::uint32_t, 16> local{};
         std::vector<std::uint32_t> many;
         std::span<std::uint32_t> distinct;
@@ -307,10 +344,30 @@ private:
                                            s.lkey) == distinct.begin() + static_cast<std::ptrdiff_t>(n))
                 distinct[n++] = s.lkey;
         distinct = distinct.first(n);
-        region_ledger::instance().acquire(ctx_, distinct);
-        q.lkeys.insert(q.lkeys.end(), distinct.begin(), distinct.end());
-        q.records.push_back({user_wr_id, static_cast<std::uint32_t>(n), signaled});
-        ++q.next;
+        q.records.push_back({user_wr_id, static_cast<std::uint32_t>(n)});
+        try {
+            q.lkeys.insert(q.lkeys.end(), distinct.begin(), distinct.end());
+            try {
+                region_ledger::instance().acquire(ctx_, distinct);
+            } catch (...) {
+                q.lkeys.erase(q.lkeys.end() - static_cast<std::ptrdiff_t>(n), q.lkeys.end());
+                throw;
+            }
+        } catch (...) {
+            q.records.pop_back();
+            throw;
+        }
+        q.tag_bits = tag_bit | (&q == &recv_ ? recv_bit : 0);
+        return q.next++ | q.tag_bits;
+    }
+
+    // Undoes the records of a chain from sequence number `first` on and gives the requests
+    // their user wr_ids back.
+    template <class Wr>
+    void unwind(queue& q, std::uint64_t first, Wr* wrs) noexcept {
+        for (std::uint64_t seq = first; seq < q.next; ++seq)
+            wrs[seq - first].wr_id = q.records[seq - q.front_seq].user_wr_id;
+        (void)cancel(q, first);
     }
 
     void pop_front(queue& q) noexcept {
@@ -330,8 +387,8 @@ private:
         }
     }
 
+    // With the lock held.
     std::uint64_t cancel(queue& q, std::uint64_t from) noexcept {
-        std::lock_guard const lock(mutex_);
         std::uint64_t user = 0;
         while (q.next > from && !q.records.empty()) {
             record_t const r = q.records.back();
@@ -367,7 +424,7 @@ private:
 /// internally locked.
 class cq_ledger {
 public:
-    explicit cq_ledger(ibv_cq* cq) noexcept : cq_(cq) {}
+    explicit cq_ledger(ibv_cq* cq) : cq_(cq) {}
 
     void attach(qp_ledger* qp) {
         std::lock_guard const lock(mutex_);
@@ -389,35 +446,34 @@ public:
         }
         if (n < max) {
             int const got = ::ibv_poll_cq(cq_, max - n, out + n);
-            if (got < 0) return n != 0 ? n : got;
-            n += got;
+            if (got < 0 && n == 0) return got;
+            if (got > 0) n += got; // on a failure, the kept ones are still returned (and accounted)
         }
         for (int i = 0; i < n; ++i)
             if (qp_ledger* qp = find(out[i].qp_num); qp != nullptr) qp->complete(out[i]);
         return n;
     }
 
-    /// Takes the CQ's completions: those of `qp` are accounted and dropped, the others kept for
-    /// the next `poll`. Returns false when ibv_poll_cq(3) fails.
+    /// Takes the CQ's completions: those of `qp`'s requests are accounted and dropped, the others
+    /// kept for the next `poll`. Returns false when ibv_poll_cq(3) fails.
+    /// @throws std::bad_alloc when a completion cannot be kept.
     bool drain_for(qp_ledger& qp) {
         std::lock_guard const lock(mutex_);
         for (auto it = kept_.begin(); it != kept_.end();) { // kept by an earlier drain of another QP
-            if (it->qp_num == qp.qp_num()) {
-                qp.complete(*it);
+            if (it->qp_num == qp.qp_num() && qp.complete(*it))
                 it = kept_.erase(it);
-            } else {
+            else
                 ++it;
-            }
         }
         std::array<ibv_wc, 16> wcs{};
         for (;;) {
             int const got = ::ibv_poll_cq(cq_, static_cast<int>(wcs.size()), wcs.data());
             if (got < 0) return false;
             for (int i = 0; i < got; ++i) {
-                if (wcs[static_cast<std::size_t>(i)].qp_num == qp.qp_num())
-                    qp.complete(wcs[static_cast<std::size_t>(i)]);
-                else
-                    kept_.push_back(wcs[static_cast<std::size_t>(i)]);
+                ibv_wc& wc = wcs[static_cast<std::size_t>(i)];
+                // Another QP's, or not a request of the ledger's (a receive from a shared
+                // receive queue): kept for the user's next poll.
+                if (wc.qp_num != qp.qp_num() || !qp.complete(wc)) kept_.push_back(wc);
             }
             if (got < static_cast<int>(wcs.size())) return true;
         }
@@ -440,8 +496,9 @@ private:
 /// receive CQs for as long as it lives.
 class qp_tracking {
 public:
-    qp_tracking(ibv_context const* ctx, std::uint32_t qp_num, cq_ledger& send_cq, cq_ledger& recv_cq)
-        : ledger_(ctx, qp_num), send_cq_(&send_cq), recv_cq_(&recv_cq) {
+    qp_tracking(ibv_context const* ctx, std::uint32_t qp_num, std::shared_ptr<cq_ledger> send_cq,
+                std::shared_ptr<cq_ledger> recv_cq)
+        : ledger_(ctx, qp_num), send_cq_(std::move(send_cq)), recv_cq_(std::move(recv_cq)) {
         send_cq_->attach(&ledger_);
         if (recv_cq_ != send_cq_) {
             try {
@@ -462,9 +519,12 @@ public:
     [[nodiscard]] qp_ledger& ledger() noexcept { return ledger_; }
 
     /// Moves `qp` to ERR and takes the completions of its requests in flight from its CQs,
-    /// waiting up to `timeout` for the flushed ones. Returns the error to report: `report_sends`
-    /// when send requests were in flight, or when some did not complete in time; else nullopt.
-    [[nodiscard]] std::optional<in_flight_error> drain(ibv_qp* qp, char const* transport_name,
+    /// waiting up to `timeout` for the flushed ones. On a connected QP (`marker` set) a signaled
+    /// empty SEND is posted after the move, as the kernel's ib_drain_sq() does: its flushed
+    /// completion retires the unsignaled sends before it, which complete without a completion.
+    /// Returns the error to report: when send requests were in flight, or when some did not
+    /// complete in time; else nullopt (also when memory ran out while draining).
+    [[nodiscard]] std::optional<in_flight_error> drain(ibv_qp* qp, char const* transport_name, bool marker,
                                                        std::chrono::milliseconds timeout) noexcept {
         std::uint64_t const sends = ledger_.sends();
         std::uint64_t const recvs = ledger_.recvs();
@@ -475,6 +535,14 @@ public:
         bool const in_error = ::ibv_modify_qp(qp, &attr, IBV_QP_STATE) == 0;
         auto const deadline = std::chrono::steady_clock::now() + timeout;
         try {
+            if (in_error && marker && sends != 0) {
+                ibv_send_wr wr{};
+                wr.opcode = IBV_WR_SEND;
+                wr.send_flags = IBV_SEND_SIGNALED;
+                std::uint64_t const seq = ledger_.record(&wr, 1);
+                ibv_send_wr* bad = nullptr;
+                if (::ibv_post_send(qp, &wr, &bad) != 0) (void)ledger_.cancel_sends(seq); // full: wait instead
+            }
             while (in_error && ledger_.sends() + ledger_.recvs() != 0) {
                 if (!send_cq_->drain_for(ledger_)) break;
                 if (recv_cq_ != send_cq_ && !recv_cq_->drain_for(ledger_)) break;
@@ -502,8 +570,8 @@ public:
 
 private:
     qp_ledger ledger_;
-    cq_ledger* send_cq_;
-    cq_ledger* recv_cq_;
+    std::shared_ptr<cq_ledger> send_cq_; // shared: a CQ destroyed too early frees nothing under us
+    std::shared_ptr<cq_ledger> recv_cq_;
 };
 
 } // namespace detail

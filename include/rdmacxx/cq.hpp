@@ -354,7 +354,9 @@ public:
 
     /// @cond
     // The in-flight ledger of a `checked<C>` CQ, for the queue pairs that use it.
-    [[nodiscard]] detail::cq_ledger& in_flight_ledger() const noexcept requires(tracked) { return *ledger_; }
+    [[nodiscard]] std::shared_ptr<detail::cq_ledger> const& in_flight_ledger() const noexcept requires(tracked) {
+        return ledger_;
+    }
     /// @endcond
 
 private:
@@ -363,7 +365,7 @@ private:
                                   channel != nullptr ? channel->native_handle() : nullptr, 0));
         if (!cq_) [[unlikely]]
             detail::throw_errno("ibv_create_cq", "with " + std::to_string(min_entries) + " entries");
-        if constexpr (tracked) ledger_ = std::make_unique<detail::cq_ledger>(cq_.get());
+        if constexpr (tracked) ledger_ = std::make_shared<detail::cq_ledger>(cq_.get());
     }
 
     // ibv_poll_cq(3), through the in-flight ledger when tracked.
@@ -402,7 +404,7 @@ private:
     std::unique_ptr<ibv_cq, deleter> cq_;
     unsigned unacked_ = 0;
     struct untracked {};
-    [[no_unique_address]] std::conditional_t<tracked, std::unique_ptr<detail::cq_ledger>, untracked> ledger_{};
+    [[no_unique_address]] std::conditional_t<tracked, std::shared_ptr<detail::cq_ledger>, untracked> ledger_{};
 };
 
 } // namespace v0

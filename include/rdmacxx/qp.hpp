@@ -207,7 +207,8 @@ public:
         : pd_(&pd), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {}
 
     /// As the adopting constructor above, also naming the QP's CQs: a `checked` QP attaches its
-    /// in-flight ledger to them (rdmacxx::cm::id::create_qp uses this one).
+    /// in-flight ledger to them (rdmacxx::cm::id::create_qp uses this one; a checked QP adopted
+    /// by the constructor above is not tracked).
     /// @throws std::bad_alloc when the ledger cannot be allocated (the handle is then destroyed).
     queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
                std::uint32_t path_mtu_bytes, completion_queue<Completion>& send_cq,
@@ -279,32 +280,65 @@ private:
     }
 
     template <class... Wrs>
-    RDMACXX_HOT int post_extended(Wrs const&... wrs) {
-        if constexpr (tracked) { // the tags first: nothing may throw between start and complete
-            std::array<std::uint64_t, sizeof...(Wrs)> tags;
-            std::size_t k = 0;
-            ((tags[k++] = tracking_->ledger().record_send(wrs.wr_id(), wrs.flags(), wrs.sges())), ...);
-            ::ibv_wr_start(qpx_);
-            k = 0;
-            (detail::write_extended<Transport>(qpx_, wrs, tags[k++]), ...);
-            int const rc = ::ibv_wr_complete(qpx_);
-            if (rc != 0) [[unlikely]]
-                (void)tracking_->ledger().cancel_sends(tags[0]);
-            return rc;
-        } else {
-            ::ibv_wr_start(qpx_);
-            (detail::write_extended<Transport>(qpx_, wrs, wrs.wr_id()), ...);
-            return ::ibv_wr_complete(qpx_);
+    RDMACXX_HOT int post_extended(Wrs const&... wrs) noexcept(!tracked) {
+        if constexpr (tracked) {
+            if (tracking_) { // the tags first: nothing may throw between start and complete
+                std::array<std::uint64_t, sizeof...(Wrs)> tags;
+                record_extended(tags, wrs...);
+                ::ibv_wr_start(qpx_);
+                std::size_t k = 0;
+                (detail::write_extended<Transport>(qpx_, wrs, tags[k++]), ...);
+                int const rc = ::ibv_wr_complete(qpx_);
+                if (rc != 0) [[unlikely]]
+                    (void)tracking_->ledger().cancel_sends(tags[0]);
+                return rc;
+            }
+        }
+        ::ibv_wr_start(qpx_);
+        (detail::write_extended<Transport>(qpx_, wrs, wrs.wr_id()), ...);
+        return ::ibv_wr_complete(qpx_);
+    }
+
+    // Records extended-API requests in the ledger, their tags into `tags`; all or none.
+    template <std::size_t N, class... Wrs>
+    void record_extended(std::array<std::uint64_t, N>& tags, Wrs const&... wrs) requires(tracked) {
+        std::size_t k = 0;
+        try {
+            ((tags[k] = tracking_->ledger().record_send(wrs.wr_id(), wrs.flags(), wrs.sges()), ++k), ...);
+        } catch (...) {
+            if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
+            throw;
+        }
+    }
+    // One chunk of `post(std::span)` through the extended API on a checked QP.
+    template <class W>
+    void post_extended_tracked(std::span<W const> chunk, std::size_t base) requires(tracked) {
+        std::array<std::uint64_t, max_chain> tags;
+        std::size_t k = 0;
+        try {
+            for (; k < chunk.size(); ++k)
+                tags[k] = tracking_->ledger().record_send(chunk[k].wr_id(), chunk[k].flags(), chunk[k].sges());
+        } catch (...) {
+            if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
+            throw;
+        }
+        ::ibv_wr_start(qpx_);
+        for (std::size_t i = 0; i < chunk.size(); ++i)
+            detail::write_extended<Transport>(qpx_, chunk[i], tags[i]);
+        if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]] {
+            (void)tracking_->ledger().cancel_sends(tags[0]);
+            detail::throw_post(rc, "ibv_wr_complete", base, chunk[0].wr_id(), W::opcode, qp_num());
         }
     }
 
     // A checked QP's send or receive chain: recorded (tags as wr_id), posted, and what was not
     // posted forgotten again. Returns the post verb's value; on failure `bad` is the index of the
     // first request not posted and `bad_wr_id` its user wr_id.
+    // A QP adopted without its CQs has no ledger: its requests are posted untracked.
     template <class Wr>
     int post_tracked(Wr* chain, std::size_t n, std::size_t& bad, std::uint64_t& bad_wr_id) {
         constexpr bool send_queue = std::is_same_v<Wr, ibv_send_wr>;
-        std::uint64_t const first = tracking_->ledger().record(chain, n);
+        std::uint64_t const first = tracking_ ? tracking_->ledger().record(chain, n) : 0;
         Wr* bad_wr = nullptr;
         int rc = 0;
         if constexpr (send_queue)
@@ -314,8 +348,12 @@ private:
         if (rc != 0) [[unlikely]] {
             bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
                                                                              : 0;
-            bad_wr_id = send_queue ? tracking_->ledger().cancel_sends(first + bad)
-                                   : tracking_->ledger().cancel_recvs(first + bad);
+            if (!tracking_)
+                bad_wr_id = chain[bad].wr_id;
+            else if constexpr (send_queue)
+                bad_wr_id = tracking_->ledger().cancel_sends(first + bad);
+            else
+                bad_wr_id = tracking_->ledger().cancel_recvs(first + bad);
         }
         return rc;
     }
@@ -325,7 +363,7 @@ private:
     void retire_in_flight(bool report) noexcept {
         if constexpr (tracked) {
             if (!tracking_ || !qp_) return;
-            if (auto e = tracking_->drain(qp_.get(), Transport::name, drain_timeout); e && report)
+            if (auto e = tracking_->drain(qp_.get(), Transport::name, Transport::connected, drain_timeout); e && report)
                 detail::report_in_flight(*e);
         }
     }
@@ -351,8 +389,9 @@ public:
     }
     /// Destroys the QP (ibv_destroy_qp(3)). A `checked` QP with work in flight is first moved to
     /// ERR and its completions drained from its CQs (up to `drain_timeout`), so that no buffer is
-    /// written afterwards; when send requests were in flight, an `in_flight_error` goes to the
-    /// handler (see `set_in_flight_handler`). Destroy a checked QP on the thread that polls its CQs.
+    /// written afterwards; when send requests were in flight, or some did not complete in time,
+    /// an `in_flight_error` goes to the handler (see `set_in_flight_handler`). Destroy a checked
+    /// QP on the thread that polls its CQs.
     ~queue_pair() { retire_in_flight(true); }
 
     /// Send-queue requests posted and not yet completed (`checked` QPs): a request is complete
@@ -488,6 +527,8 @@ public:
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RESET;
         modify(attr, IBV_QP_STATE, IBV_QPS_UNKNOWN);
+        if constexpr (tracked)
+            if (tracking_) tracking_->ledger().forget_all(); // emptied without completions
         path_mtu_bytes_ = 0;
     }
 
@@ -533,20 +574,17 @@ public:
                 check_one(wrs[i], i);
             for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
                 std::size_t const n = std::min(max_chain, wrs.size() - base);
-                std::array<std::uint64_t, max_chain> tags;
-                for (std::size_t i = 0; i < n; ++i)
-                    if constexpr (tracked)
-                        tags[i] = tracking_->ledger().record_send(wrs[base + i].wr_id(), wrs[base + i].flags(),
-                                                                  wrs[base + i].sges());
-                    else
-                        tags[i] = wrs[base + i].wr_id();
+                if constexpr (tracked) {
+                    if (tracking_) {
+                        post_extended_tracked(wrs.subspan(base, n), base);
+                        continue;
+                    }
+                }
                 ::ibv_wr_start(qpx_);
                 for (std::size_t i = 0; i < n; ++i)
-                    detail::write_extended<Transport>(qpx_, wrs[base + i], tags[i]);
-                if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]] {
-                    if constexpr (tracked) (void)tracking_->ledger().cancel_sends(tags[0]);
+                    detail::write_extended<Transport>(qpx_, wrs[base + i], wrs[base + i].wr_id());
+                if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]]
                     detail::throw_post(rc, "ibv_wr_complete", base, wrs[base].wr_id(), W::opcode, qp_num());
-                }
             }
             return;
         }
@@ -602,13 +640,17 @@ public:
     noexcept {
         if (std::size_t bad_check = first_refused(wrs...); bad_check != npos) [[unlikely]]
             return {EINVAL, bad_check};
-        if constexpr (Post::extended) {
+        if constexpr (Post::extended && tracked) {
             try {
                 if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
                     return {rc, 0};
             } catch (...) { // a checked QP's ledger could not grow: nothing was posted
                 return {ENOMEM, 0};
             }
+            return {};
+        } else if constexpr (Post::extended) {
+            if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
+                return {rc, 0};
             return {};
         }
         std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link zeroes each before building it

@@ -235,3 +235,51 @@ TEST_CASE("checked: a receive the device refuses is forgotten, the ones before i
     CHECK(lb.b.in_flight_recvs() == 0);
     CHECK(dst.mr.in_flight() == 0);
 }
+
+TEST_CASE("checked: unsignaled sends at the end are retired by the drain's marker, not by a timeout") {
+    recorded_errors const errors;
+    test::loopback<rx::rc, rx::checked<rx::busy_poll>> lb;
+    test::buffer src(lb.pd, 64), peer(lb.pd, 64);
+    auto const target = peer.mr.remote<std::byte>();
+    lb.a.post(rx::write{src.span(), target}.unsignaled().id(1), rx::write{src.span(), target}.unsignaled().id(2),
+              rx::write{src.span(), target}.unsignaled().id(3));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // done, and no completion will say so
+    CHECK(lb.a.in_flight_sends() == 3);
+    lb.a = rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>(lb.pd, lb.cq_a, lb.cq_a); // the old a goes
+    REQUIRE(errors.messages().size() == 1);
+    CHECK(errors.messages()[0].find("destroyed with 3 send and 0 receive requests in flight (oldest send wr_id 1)") !=
+          std::string::npos);
+    CHECK(errors.messages()[0].find("drained their completions") != std::string::npos);
+    CHECK(src.mr.in_flight() == 0);
+    CHECK(lb.cq_a.poll<4>().empty()); // the marker's completion was the drain's
+}
+
+TEST_CASE("checked: receives from a shared receive queue pass through with the user's wr_id") {
+    rx::context ctx = test::open_test_device();
+    rx::end_port port(ctx);
+    rx::protection_domain pd(ctx);
+    rx::completion_queue<rx::checked<rx::busy_poll>> cq_a(ctx, 64), cq_b(ctx, 64);
+    rx::shared_receive_queue srq(pd, 16);
+    rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>> a(pd, cq_a, cq_a, srq), b(pd, cq_b, cq_b);
+    a.connect(port, b.local_endpoint(port));
+    b.connect(port, a.local_endpoint(port));
+    test::buffer src(pd, 64), dst(pd, 64);
+    test::fill_pattern(src.bytes_, 9);
+    constexpr std::uint64_t looks_like_a_tag = (std::uint64_t{1} << 63) | 1;
+    srq.post_recv(rx::recv{dst.span()}.id(looks_like_a_tag));
+    a.post(rx::write{src.span(), dst.mr.remote<std::byte>()}.id(40).unsignaled()); // a send of a's in flight
+    b.post(rx::send{src.span()}.id(41));
+    CHECK(wait_ok(cq_b).wr_id() == 41);
+    auto const wc = wait_ok(cq_a);
+    CHECK(wc.is_recv());
+    CHECK(wc.wr_id() == looks_like_a_tag);
+    CHECK(a.in_flight_sends() == 1); // the receive retired none of a's sends
+    CHECK(a.in_flight_recvs() == 0);
+    CHECK(std::equal(src.bytes_.begin(), src.bytes_.end(), dst.bytes_.begin()));
+    b.post_recv(rx::recv{src.span()}.id(43));
+    a.post(rx::send{src.span().first(0)}.id(42)); // a signaled one retires the unsignaled write
+    auto const last = cq_a.wait_one();
+    CHECK(last.wr_id() == 42);
+    CHECK(a.in_flight_sends() == 0);
+    CHECK(wait_ok(cq_b).wr_id() == 43); // b's receive, polled: src may go before b
+}

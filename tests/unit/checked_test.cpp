@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -23,7 +24,7 @@ static_assert(!rx::detail::tracks_in_flight<rx::busy_poll>);
 static_assert(sizeof(rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>) ==
               sizeof(rx::queue_pair<rx::rc, rx::busy_poll>) + sizeof(void*));
 static_assert(sizeof(rx::completion_queue<rx::checked<rx::busy_poll>>) ==
-              sizeof(rx::completion_queue<rx::busy_poll>) + sizeof(void*));
+              sizeof(rx::completion_queue<rx::busy_poll>) + sizeof(std::shared_ptr<int>));
 
 namespace {
 
@@ -64,12 +65,23 @@ TEST_CASE("checked: a signaled completion retires the unsignaled sends before it
     CHECK(in_flight(0xa1) == 2);
     CHECK(in_flight(0xb2) == 1);
     CHECK(in_flight(0xc3) == 1);
-    CHECK(chain[0].wr_id == first); // tags, not the user's ids, go to the device
-    CHECK(chain[2].wr_id == first + 2);
+    using ledger_t = rx::detail::qp_ledger;
+    CHECK((chain[0].wr_id & ledger_t::seq_mask) == first); // tags, not the user's ids, go to the device
+    CHECK((chain[2].wr_id & ledger_t::seq_mask) == first + 2);
+    CHECK((chain[0].wr_id & ledger_t::tag_bit) != 0);
+    CHECK((chain[0].wr_id & ledger_t::recv_bit) == 0);
     CHECK(ledger.oldest_send_wr_id() == 100);
 
+    // A receive taken from a shared receive queue carries the user's wr_id, which may look like a
+    // send tag: its opcode tells it apart, and it is left alone.
+    ibv_wc srq_recv = completion_of(chain[1].wr_id, 17);
+    srq_recv.opcode = IBV_WC_RECV;
+    CHECK_FALSE(ledger.complete(srq_recv));
+    CHECK(srq_recv.wr_id == chain[1].wr_id);
+    CHECK(ledger.sends() == 3);
+
     ibv_wc wc = completion_of(chain[2].wr_id, 17);
-    ledger.complete(wc);
+    CHECK(ledger.complete(wc));
     CHECK(wc.wr_id == 102);
     CHECK(ledger.sends() == 0);
     CHECK(in_flight(0xa1) == 0);
@@ -102,7 +114,7 @@ TEST_CASE("checked: inline sends hold no region; receives retire one by one, flu
     CHECK(in_flight(0xe5) == 1);
 
     ibv_wc stale = completion_of(12345, 18); // not a tag of this ledger: left alone
-    ledger.complete(stale);
+    CHECK_FALSE(ledger.complete(stale));
     CHECK(stale.wr_id == 12345);
     CHECK(ledger.recvs() == 1);
 }

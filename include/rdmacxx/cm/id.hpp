@@ -211,14 +211,19 @@ public:
             ibv_port_attr port{};
             if (::ibv_query_port(handle_->verbs, handle_->port_num, &port) == 0) mtu = mtu_bytes(port.active_mtu);
         }
-        return queue_pair<Transport, Completion>{adopt_qp,
-                                                 pd,
-                                                 handle_->qp,
-                                                 {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge,
-                                                  init.cap.max_recv_sge, init.cap.max_inline_data},
-                                                 mtu,
-                                                 send_cq,
-                                                 recv_cq};
+        try {
+            return queue_pair<Transport, Completion>{adopt_qp,
+                                                     pd,
+                                                     handle_->qp,
+                                                     {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge,
+                                                      init.cap.max_recv_sge, init.cap.max_inline_data},
+                                                     mtu,
+                                                     send_cq,
+                                                     recv_cq};
+        } catch (...) { // the ledger of a checked QP could not be made, and the QP is gone with it
+            handle_->qp = nullptr;
+            throw;
+        }
     }
 
     /// Destroys `qp`, made by `create_qp` on this id, and detaches it from the id.
