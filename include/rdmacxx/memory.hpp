@@ -208,6 +208,7 @@ public:
     /// Deregisters now, leaving the object empty (as a moved-from one).
     /// @throws in_flight_error when requests of `checked` QPs that use the region are in flight:
     ///         the region then stays registered; sys_error when ibv_dereg_mr(3) fails.
+    /// @see ibv_dereg_mr(3)
     void deregister() {
         if (!handle_) return;
         if (std::uint64_t const n = in_flight(); n != 0) [[unlikely]]
@@ -218,7 +219,7 @@ public:
     }
 
     /// Requests posted through `checked` QPs, of either queue, that use this region (by its lkey)
-    /// and have not completed; always 0 without checked QPs.
+    /// and have not completed; always 0 without checked QPs. Thread-safety: any thread.
     [[nodiscard]] std::uint64_t in_flight() const noexcept { return handle_ ? in_flight(handle_.get()) : 0; }
 
     /// The whole region as a span of `T`.

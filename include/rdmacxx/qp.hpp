@@ -358,6 +358,32 @@ private:
         return rc;
     }
 
+    // post_tracked, reporting as try_post does: ENOMEM (nothing posted) when the ledger cannot grow.
+    template <class Wr>
+    post_result try_post_tracked(Wr* chain, std::size_t n) noexcept {
+        std::size_t i = 0;
+        std::uint64_t user_wr_id = 0;
+        try {
+            if (int rc = post_tracked(chain, n, i, user_wr_id); rc != 0) [[unlikely]]
+                return {rc, i};
+        } catch (...) {
+            return {ENOMEM, 0};
+        }
+        return {};
+    }
+    // post_tracked, throwing wr_error as post does; its bad_index counts from `base`.
+    template <class Wr>
+    void post_tracked_or_throw(Wr* chain, std::size_t n, std::size_t base = 0) {
+        std::size_t i = 0;
+        std::uint64_t user_wr_id = 0;
+        if (int rc = post_tracked(chain, n, i, user_wr_id); rc != 0) [[unlikely]] {
+            if constexpr (std::is_same_v<Wr, ibv_send_wr>)
+                detail::throw_post(rc, "ibv_post_send", base + i, user_wr_id, chain[i].opcode, qp_num());
+            else
+                detail::throw_post(rc, "ibv_post_recv", base + i, user_wr_id, -1, qp_num());
+        }
+    }
+
     // A checked QP about to be destroyed or reset: to ERR, its completions drained; the error
     // goes to the in-flight handler when `report` is set.
     void retire_in_flight(bool report) noexcept {
@@ -395,11 +421,13 @@ public:
     ~queue_pair() { retire_in_flight(true); }
 
     /// Send-queue requests posted and not yet completed (`checked` QPs): a request is complete
-    /// once its completion, or that of a later send, has been polled.
+    /// once its completion, or that of a later send, has been polled. Thread-safety: may be
+    /// called from any thread (the ledger is locked).
     [[nodiscard]] std::uint64_t in_flight_sends() const noexcept requires(tracked) {
         return tracking_ ? tracking_->ledger().sends() : 0;
     }
     /// Receive requests posted to this QP's own receive queue and not yet completed (`checked` QPs).
+    /// Thread-safety: as `in_flight_sends`.
     [[nodiscard]] std::uint64_t in_flight_recvs() const noexcept requires(tracked) {
         return tracking_ ? tracking_->ledger().recvs() : 0;
     }
@@ -549,10 +577,7 @@ public:
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
         link(chain, sges, wrs...);
         if constexpr (tracked) {
-            std::size_t i = 0;
-            std::uint64_t user_wr_id = 0;
-            if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
-                detail::throw_post(rc, "ibv_post_send", i, user_wr_id, chain[i].opcode, qp_num());
+            post_tracked_or_throw(chain.data(), chain.size());
             return;
         }
         ibv_send_wr* bad = nullptr;
@@ -598,10 +623,7 @@ public:
                 chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
             }
             if constexpr (tracked) {
-                std::size_t i = 0;
-                std::uint64_t user_wr_id = 0;
-                if (int rc = post_tracked(chain.data(), n, i, user_wr_id); rc != 0) [[unlikely]]
-                    detail::throw_post(rc, "ibv_post_send", base + i, user_wr_id, chain[i].opcode, qp_num());
+                post_tracked_or_throw(chain.data(), n, base);
                 continue;
             }
             ibv_send_wr* bad = nullptr;
@@ -656,17 +678,7 @@ public:
         std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link zeroes each before building it
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
         link(chain, sges, wrs...);
-        if constexpr (tracked) {
-            std::size_t i = 0;
-            std::uint64_t user_wr_id = 0;
-            try {
-                if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
-                    return {rc, i};
-            } catch (...) { // the ledger could not grow: nothing was posted
-                return {ENOMEM, 0};
-            }
-            return {};
-        }
+        if constexpr (tracked) return try_post_tracked(chain.data(), chain.size());
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
             return {rc, index_of(chain, bad)};
@@ -682,10 +694,7 @@ public:
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
         link_recv(chain, sges, wrs...);
         if constexpr (tracked) {
-            std::size_t i = 0;
-            std::uint64_t user_wr_id = 0;
-            if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
-                detail::throw_post(rc, "ibv_post_recv", i, user_wr_id, -1, qp_num());
+            post_tracked_or_throw(chain.data(), chain.size());
             return;
         }
         ibv_recv_wr* bad = nullptr;
@@ -703,17 +712,7 @@ public:
         std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // link_recv sets every field: no zeroing
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
         link_recv(chain, sges, wrs...);
-        if constexpr (tracked) {
-            std::size_t i = 0;
-            std::uint64_t user_wr_id = 0;
-            try {
-                if (int rc = post_tracked(chain.data(), chain.size(), i, user_wr_id); rc != 0) [[unlikely]]
-                    return {rc, i};
-            } catch (...) { // the ledger could not grow: nothing was posted
-                return {ENOMEM, 0};
-            }
-            return {};
-        }
+        if constexpr (tracked) return try_post_tracked(chain.data(), chain.size());
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
             return {rc, index_of(chain, bad)};
