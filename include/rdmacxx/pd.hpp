@@ -25,7 +25,7 @@ public:
     /// @throws sys_error when ibv_alloc_pd(3) fails.
     explicit protection_domain(rdmacxx::context& ctx) : context_(&ctx), handle_(::ibv_alloc_pd(ctx.native_handle())) {
         if (!handle_) [[unlikely]]
-            detail::throw_errno("ibv_alloc_pd", "on " + std::string{ctx.name()});
+            detail::throw_errno("ibv_alloc_pd", [&] { return "on " + std::string{ctx.name()}; });
     }
 
     /// Registers `bytes` for RDMA with `rights`; see memory.hpp.
