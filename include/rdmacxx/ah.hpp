@@ -47,9 +47,10 @@ public:
         }
         handle_.reset(::ibv_create_ah(pd.native_handle(), &attr));
         if (!handle_) [[unlikely]]
-            detail::throw_errno("ibv_create_ah", "from " + port.to_string() + " GID " + port.gid().gid.to_string() +
-                                                     " to LID " + std::to_string(remote_lid) + " GID " +
-                                                     remote_gid.to_string());
+            detail::throw_errno("ibv_create_ah", [&] {
+                return "from " + port.to_string() + " GID " + port.gid().gid.to_string() + " to LID " +
+                       std::to_string(remote_lid) + " GID " + remote_gid.to_string();
+            });
     }
 
     /// The verbs handle.

@@ -334,7 +334,8 @@ private:
         ibv_async_event raw{};
         if (::ibv_get_async_event(ctx_, &raw) != 0) {
             if (errno == EAGAIN || errno == EINTR) return std::nullopt;
-            detail::throw_errno("ibv_get_async_event", "on " + std::string{::ibv_get_device_name(ctx_->device)});
+            detail::throw_errno("ibv_get_async_event",
+                                [&] { return "on " + std::string{::ibv_get_device_name(ctx_->device)}; });
         }
         async_event ev{ctx_, raw};
         if (opt_.raise_errors) ev.raise_if_error();

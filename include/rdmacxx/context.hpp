@@ -307,8 +307,10 @@ public:
     [[nodiscard]] rdmacxx::gid query_gid(std::uint8_t port_num, int index) const {
         ibv_gid raw{};
         if (::ibv_query_gid(handle_.get(), port_num, index, &raw) != 0) [[unlikely]]
-            detail::throw_errno("ibv_query_gid", "for GID index " + std::to_string(index) + " of port " +
-                                                     std::string{name()} + "/" + std::to_string(port_num));
+            detail::throw_errno("ibv_query_gid", [&] {
+                return "for GID index " + std::to_string(index) + " of port " + std::string{name()} + "/" +
+                       std::to_string(port_num);
+            });
         return rdmacxx::gid{raw};
     }
 
@@ -396,8 +398,10 @@ public:
         for (int i = 0; i < port.pkey_table_length(); ++i) {
             __be16 raw = 0;
             if (::ibv_query_pkey(handle_.get(), port_num, i, &raw) != 0) [[unlikely]]
-                detail::throw_errno("ibv_query_pkey", "for P_Key index " + std::to_string(i) + " of port " +
-                                                          std::string{name()} + "/" + std::to_string(port_num));
+                detail::throw_errno("ibv_query_pkey", [&] {
+                    return "for P_Key index " + std::to_string(i) + " of port " + std::string{name()} + "/" +
+                           std::to_string(port_num);
+                });
             table.push_back(ntohs(raw));
         }
         return table;
@@ -444,7 +448,7 @@ private:
 inline context device::open() const {
     ibv_context* const ctx = ::ibv_open_device(handle_);
     if (ctx == nullptr) [[unlikely]]
-        detail::throw_errno("ibv_open_device", "for device " + std::string{name()});
+        detail::throw_errno("ibv_open_device", [&] { return "for device " + std::string{name()}; });
     return context{ctx};
 }
 

@@ -65,16 +65,17 @@ public:
     [[nodiscard]] ibv_wc const& native() const noexcept { return wc_; }
 
     /// Throws `wc_error` built from this completion when it failed.
-    /// @throws wc_error with the status, vendor error, opcode, QP number and side.
+    /// @throws wc_error with the status, vendor error, `wr_id` and QP number; for a request of a
+    ///         `checked` QP also its queue, operation, remote address and rkey.
     void throw_if_error() const {
         if (!ok()) [[unlikely]]
             throw_error();
     }
 
 private:
-    // A flushed or failed completion's opcode is undefined; the side is told by the wr_id's
-    // queue, which only the caller knows: receive is reported when the receive bit is set.
-    RDMACXX_COLD [[noreturn]] void throw_error() const { throw wc_error(wc_, !is_recv()); }
+    // A failed completion's opcode is undefined: what is known beside its defined fields comes
+    // from in-flight tracking (checked.hpp), when the request was tracked.
+    RDMACXX_COLD [[noreturn]] void throw_error() const { throw detail::failed_completion_error(wc_); }
 
     ibv_wc wc_{};
 };
@@ -316,7 +317,7 @@ public:
     std::size_t poll(std::span<work_completion> out) {
         int const n = poll_native(static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
         if (n < 0) [[unlikely]]
-            detail::throw_sys(-n == 0 ? EIO : -n, "ibv_poll_cq");
+            detail::throw_poll_cq(n);
         return static_cast<std::size_t>(n);
     }
 
@@ -324,7 +325,7 @@ public:
     std::size_t poll(std::span<work_completion> out, std::error_code& ec) noexcept {
         int const n = poll_native(static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
         if (n < 0) [[unlikely]] {
-            ec.assign(EIO, std::system_category());
+            ec = detail::poll_cq_error_code(n);
             return 0;
         }
         ec.clear();
@@ -338,7 +339,7 @@ public:
         completion_batch<N> batch{typename completion_batch<N>::no_init{}};
         int const n = poll_native(static_cast<int>(N), reinterpret_cast<ibv_wc*>(batch.items()));
         if (n < 0) [[unlikely]]
-            detail::throw_sys(-n, "ibv_poll_cq");
+            detail::throw_poll_cq(n);
         if (n > static_cast<int>(N)) __builtin_unreachable(); // at most N: lets the caller's loop know
         batch.count_ = static_cast<std::uint32_t>(n);
         return batch;
@@ -485,7 +486,7 @@ private:
         cq_.reset(::ibv_create_cq((*ctx_)->native_handle(), min_entries, nullptr,
                                   channel != nullptr ? channel->native_handle() : nullptr, 0));
         if (!cq_) [[unlikely]]
-            detail::throw_errno("ibv_create_cq", "with " + std::to_string(min_entries) + " entries");
+            detail::throw_errno("ibv_create_cq", [&] { return "with " + std::to_string(min_entries) + " entries"; });
         if constexpr (tracked) ledger_ = std::make_shared<detail::cq_ledger>(cq_.get());
     }
 

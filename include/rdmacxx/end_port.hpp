@@ -83,7 +83,8 @@ private:
 /// | port GUID   | `0002:c903:0000:1492` or `0x0002c90300001492` | the port with that GUID |
 ///
 /// A device name is 1 to 63 characters from `A-Z a-z 0-9 _ - .`. Text with a colon is a GID
-/// when it is valid IPv6 text, else a GUID; text starting with `0x` is a GUID. Parsing needs no
+/// when it is valid IPv6 text, else a GUID; text starting with `0x` is a GUID. All of the text
+/// is read: an embedded NUL character is refused, not taken for its end. Parsing needs no
 /// device. A value type. Thread-safety: immutable.
 class end_port_description {
 public:
@@ -103,7 +104,7 @@ public:
         end_port_description d;
         d.text_ = text;
         if (std::string const why = d.parse_into(text); !why.empty()) [[unlikely]]
-            detail::throw_argument("invalid end port description \"" + std::string{text} + "\": " + why);
+            detail::throw_argument("invalid end port description " + detail::quoted(text) + ": " + why);
         return d;
     }
 
@@ -136,6 +137,8 @@ private:
             form_ = form::any;
             return {};
         }
+        if (auto const nul = text.find('\0'); nul != std::string_view::npos)
+            return "the text holds a NUL character at offset " + std::to_string(nul);
         if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
             form_ = form::guid;
             if (!rdmacxx::guid::try_parse(text, guid_))

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,65 @@ inline namespace v0 {
 [[nodiscard]] inline std::error_code make_async_error_code(ibv_event_type type) noexcept {
     return {static_cast<int>(type), async_category()};
 }
+
+namespace detail {
+/// `v` in lower-case hex digits, without `0x`.
+[[nodiscard]] inline std::string hex(std::uint64_t v) {
+    static constexpr char digits[] = "0123456789abcdef";
+    char buf[16];
+    std::size_t n = 0;
+    do {
+        buf[15 - n++] = digits[v & 0xf];
+        v >>= 4;
+    } while (v != 0);
+    return std::string(buf + 16 - n, n);
+}
+
+/// The name of a work request opcode (`ibv_wr_opcode`) as rdmacxx's work requests spell it;
+/// -1 is a receive.
+[[nodiscard]] inline std::string wr_opcode_name(int opcode) {
+    switch (opcode) {
+    case -1:
+        return "RECV";
+    case IBV_WR_SEND:
+        return "SEND";
+    case IBV_WR_SEND_WITH_IMM:
+        return "SEND with immediate";
+    case IBV_WR_RDMA_WRITE:
+        return "RDMA WRITE";
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        return "RDMA WRITE with immediate";
+    case IBV_WR_RDMA_READ:
+        return "RDMA READ";
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+        return "atomic compare-and-swap";
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        return "atomic fetch-and-add";
+    default:
+        return "opcode " + std::to_string(opcode);
+    }
+}
+
+/// `text` in double quotes, for a message; a NUL character is written `\0` (so the message is
+/// not cut short where it is read as a C string).
+[[nodiscard]] inline std::string quoted(std::string_view text) {
+    std::string s = "\"";
+    for (char const c : text) {
+        if (c == '\0')
+            s += "\\0";
+        else
+            s += c;
+    }
+    s += '"';
+    return s;
+}
+
+/// True for the opcodes that carry a remote address and rkey.
+[[nodiscard]] constexpr bool is_remote_opcode(int opcode) noexcept {
+    return opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_RDMA_READ ||
+           opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+} // namespace detail
 
 /// The root of every exception rdmacxx throws.
 ///
@@ -214,7 +274,7 @@ protected:
     void dump_attributes(std::ostream& os, std::string const& lead) const override {
         os << lead << "bad_index: " << bad_index_ << '\n'
            << lead << "wr_id: " << wr_id_ << '\n'
-           << lead << "opcode: " << (opcode_ < 0 ? std::string{"RECV"} : std::to_string(opcode_)) << '\n'
+           << lead << "opcode: " << detail::wr_opcode_name(opcode_) << '\n'
            << lead << "qp_num: " << qp_num_ << '\n';
     }
 
@@ -225,45 +285,110 @@ private:
     std::uint32_t qp_num_;
 };
 
+/// Which queue a failed completion belongs to, as far as it is known. A failed completion's
+/// `opcode` is undefined (ibv_poll_cq(3): only `wr_id`, `status`, `qp_num` and `vendor_err` are
+/// valid), so the side is known only to whoever posted the request: `checked` tracking, or a
+/// caller that tells `wc_error` itself.
+enum class completion_side {
+    unknown, ///< not known: an untracked completion
+    send,    ///< a send-queue request
+    receive, ///< a receive-queue request
+};
+
+/// What in-flight tracking (`checked<C>`, checked.hpp) recorded of the request a failed
+/// completion belongs to, for `wc_error`.
+struct tracked_request {
+    /// The queue it was posted to.
+    completion_side side = completion_side::unknown;
+    /// Its `ibv_wr_opcode` for a send-queue request; -1 for a receive; -2 when not recorded.
+    int opcode = -2;
+    /// The remote virtual address of an RDMA WRITE, READ or atomic, else 0.
+    std::uint64_t remote_address = 0;
+    /// The rkey of an RDMA WRITE, READ or atomic, else 0.
+    std::uint32_t rkey = 0;
+};
+
 /// A work completion with an error status (python-rdma's `WCError`). `code()` is the status in
-/// `wc_category()`; the completion itself is kept whole.
+/// `wc_category()`.
+///
+/// It reports only what a failed completion defines — `wr_id`, `status`, `qp_num`,
+/// `vendor_err` — and what is known beside it: the queue when the caller knows it, and, for a
+/// request of a `checked` QP, the operation, remote address and rkey that were posted. It never
+/// reads the completion's opcode, length or flags, which are undefined when the status is not
+/// success.
 class wc_error : public error {
 public:
-    /// @param wc       the failed completion, copied
-    /// @param is_send  true when it completes a send-queue request, false for the receive queue
+    /// A failed completion of which nothing more is known (its side is `unknown`).
+    /// @param wc  the failed completion; its defined fields are copied
+    explicit wc_error(ibv_wc const& wc) : wc_error(wc, tracked_request{}) {}
+
+    /// A failed completion whose queue the caller knows (e.g. a CQ that serves only receives).
+    /// @param wc       the failed completion; its defined fields are copied
+    /// @param is_send  true for a send-queue request, false for a receive-queue one
     wc_error(ibv_wc const& wc, bool is_send)
-        : error(make_wc_error_code(wc.status), std::string{"work completion for wr_id "} + std::to_string(wc.wr_id) +
-                                                   " on QP " + std::to_string(wc.qp_num) +
-                                                   (is_send ? " (send queue)" : " (receive queue)")),
-          wc_(wc), is_send_(is_send) {}
+        : wc_error(wc, tracked_request{is_send ? completion_side::send : completion_side::receive, -2, 0, 0}) {}
+
+    /// A failed completion of a tracked request (`checked`): `request` is what was recorded when
+    /// it was posted.
+    wc_error(ibv_wc const& wc, tracked_request const& request)
+        : error(make_wc_error_code(wc.status), message(wc, request)), wr_id_(wc.wr_id), status_(wc.status),
+          vendor_err_(wc.vendor_err), qp_num_(wc.qp_num), request_(request) {}
 
     /// The status of the completion.
-    [[nodiscard]] ibv_wc_status status() const noexcept { return wc_.status; }
+    [[nodiscard]] ibv_wc_status status() const noexcept { return status_; }
     /// The provider's vendor error syndrome.
-    [[nodiscard]] std::uint32_t vendor_err() const noexcept { return wc_.vendor_err; }
+    [[nodiscard]] std::uint32_t vendor_err() const noexcept { return vendor_err_; }
     /// The `wr_id` of the failed request.
-    [[nodiscard]] std::uint64_t wr_id() const noexcept { return wc_.wr_id; }
+    [[nodiscard]] std::uint64_t wr_id() const noexcept { return wr_id_; }
     /// The QP number of the failed request.
-    [[nodiscard]] std::uint32_t qp_num() const noexcept { return wc_.qp_num; }
-    /// True for a send-queue completion, false for a receive-queue one.
-    [[nodiscard]] bool is_send() const noexcept { return is_send_; }
-    /// The raw completion.
-    [[nodiscard]] ibv_wc const& native() const noexcept { return wc_; }
+    [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_num_; }
+    /// The queue of the failed request: `unknown` unless tracking or the thrower knew it.
+    [[nodiscard]] completion_side side() const noexcept { return request_.side; }
+    /// What was recorded of the request when it was posted (its `side` is `unknown`, its
+    /// `opcode` -2, when nothing was).
+    [[nodiscard]] tracked_request const& request() const noexcept { return request_; }
 
 protected:
     void dump_attributes(std::ostream& os, std::string const& lead) const override {
-        os << lead << "status: " << ::ibv_wc_status_str(wc_.status) << " (" << static_cast<int>(wc_.status) << ")\n"
-           << lead << "vendor_err: 0x" << std::hex << wc_.vendor_err << std::dec << '\n'
-           << lead << "opcode: " << static_cast<int>(wc_.opcode) << '\n'
-           << lead << "wr_id: " << wc_.wr_id << '\n'
-           << lead << "qp_num: " << wc_.qp_num << '\n'
-           << lead << "side: " << (is_send_ ? "send" : "receive") << '\n'
-           << lead << "byte_len: " << wc_.byte_len << '\n';
+        os << lead << "status: " << ::ibv_wc_status_str(status_) << " (" << static_cast<int>(status_) << ")\n"
+           << lead << "vendor_err: 0x" << detail::hex(vendor_err_) << '\n'
+           << lead << "wr_id: " << wr_id_ << '\n'
+           << lead << "qp_num: " << qp_num_ << '\n'
+           << lead << "side: " << side_name(request_.side) << '\n';
+        if (request_.opcode != -2) os << lead << "operation: " << detail::wr_opcode_name(request_.opcode) << '\n';
+        if (detail::is_remote_opcode(request_.opcode))
+            os << lead << "remote_address: 0x" << detail::hex(request_.remote_address) << '\n'
+               << lead << "rkey: 0x" << detail::hex(request_.rkey) << '\n';
     }
 
 private:
-    ibv_wc wc_;
-    bool is_send_;
+    static char const* side_name(completion_side side) noexcept {
+        switch (side) {
+        case completion_side::send:
+            return "send";
+        case completion_side::receive:
+            return "receive";
+        default:
+            return "unknown (not tracked)";
+        }
+    }
+    // "work completion for wr_id 7 on QP 17", then what is known: " (send queue)", and for a
+    // tracked request ": RDMA WRITE to 0x7f…00 with rkey 0x1234".
+    static std::string message(ibv_wc const& wc, tracked_request const& r) {
+        std::string s = "work completion for wr_id " + std::to_string(wc.wr_id) + " on QP " + std::to_string(wc.qp_num);
+        if (r.side == completion_side::send) s += " (send queue)";
+        if (r.side == completion_side::receive) s += " (receive queue)";
+        if (r.opcode != -2) s += ": " + detail::wr_opcode_name(r.opcode);
+        if (detail::is_remote_opcode(r.opcode))
+            s += " of remote address 0x" + detail::hex(r.remote_address) + " with rkey 0x" + detail::hex(r.rkey);
+        return s;
+    }
+
+    std::uint64_t wr_id_;
+    ibv_wc_status status_;
+    std::uint32_t vendor_err_;
+    std::uint32_t qp_num_;
+    tracked_request request_;
 };
 
 /// An asynchronous error event the user asked to be raised (python-rdma's `AsyncError`): a QP,
@@ -320,12 +445,41 @@ namespace detail {
     throw sys_error(err, verb, std::move(what));
 }
 
-/// Throws `sys_error` for a verb that reported failure through errno (NULL + errno, -1 + errno).
-/// A zero errno (a provider that forgot to set it) becomes EIO, so the error never reads "Success".
-[[noreturn]] RDMACXX_COLD inline void throw_errno(char const* verb, std::string what = {}) {
+/// Throws `sys_error` for a verb that reported failure through errno (NULL + errno, -1 + errno),
+/// with a fixed message (no allocation happens before errno is read). A zero errno (a provider
+/// that forgot to set it) becomes EIO, so the error never reads "Success".
+[[noreturn]] RDMACXX_COLD inline void throw_errno(char const* verb, char const* what = "") {
     int const err = errno;
-    throw sys_error(err != 0 ? err : EIO, verb, std::move(what));
+    throw sys_error(err != 0 ? err : EIO, verb, what);
 }
+
+/// As above, with a message that `make_what()` builds after errno has been read (building it
+/// may allocate, and so may change errno): `throw_errno("ibv_alloc_pd", [&] { return "on " + name; })`.
+template <class F>
+    requires std::is_invocable_r_v<std::string, F&>
+[[noreturn]] RDMACXX_COLD void throw_errno(char const* verb, F make_what) {
+    int const err = errno;
+    throw sys_error(err != 0 ? err : EIO, verb, make_what());
+}
+
+/// A message built before the call may already have changed errno: refused at compile time.
+template <class S>
+    requires std::is_same_v<std::remove_cvref_t<S>, std::string>
+void throw_errno(char const*, S&&) {
+    static_assert(!std::is_same_v<S, S>, "rdmacxx: throw_errno reads errno itself; pass the message as a lambda, "
+                                         "throw_errno(verb, [&] { return ...; }), so that it is built after errno "
+                                         "is read");
+}
+
+/// Throws `sys_error` for ibv_poll_cq(3)'s negative return `n`. Its value is not an errno (mlx5
+/// returns -2 for any failure, others -1 or a negated errno): the error is EIO, and the message
+/// quotes the value.
+[[noreturn]] RDMACXX_COLD inline void throw_poll_cq(int n) {
+    throw sys_error(EIO, "ibv_poll_cq", "(it returned " + std::to_string(n) + ")");
+}
+
+/// The `std::error_code` of ibv_poll_cq(3)'s negative return: EIO, as `throw_poll_cq` throws.
+[[nodiscard]] inline std::error_code poll_cq_error_code(int /*n*/) noexcept { return {EIO, std::system_category()}; }
 
 /// Throws `argument_error` with `message`.
 [[noreturn]] RDMACXX_COLD inline void throw_argument(std::string message) { throw argument_error(std::move(message)); }

@@ -38,12 +38,13 @@ public:
     explicit gid(ibv_gid const& raw) noexcept { std::memcpy(bytes_.data(), raw.raw, 16); }
 
     /// Parses the IPv6 text form. IPv4 text alone (`198.18.0.1`) is refused: write it as
-    /// `::ffff:198.18.0.1`.
+    /// `::ffff:198.18.0.1`. All of `text` is read: an embedded NUL character is refused, not an
+    /// end of the text.
     /// @throws argument_error quoting `text` and saying what is wrong.
     [[nodiscard]] static gid parse(std::string_view text) {
         gid g;
         if (auto const why = g.try_parse(text); why != nullptr) [[unlikely]]
-            detail::throw_argument("cannot parse GID \"" + std::string{text} + "\": " + why);
+            detail::throw_argument("cannot parse GID " + detail::quoted(text) + ": " + why);
         return g;
     }
 
@@ -106,6 +107,7 @@ private:
     // Returns nullptr on success, else what is wrong with the text.
     char const* try_parse(std::string_view text) noexcept {
         if (text.empty()) return "the text is empty";
+        if (text.find('\0') != std::string_view::npos) return "the text holds a NUL character";
         if (text.size() >= INET6_ADDRSTRLEN) return "too long for an IPv6 address";
         if (text.find(':') == std::string_view::npos)
             return "not an IPv6 address (a GID is written like fe80::1 or ::ffff:192.0.2.1)";
@@ -137,7 +139,7 @@ public:
     [[nodiscard]] static guid parse(std::string_view text) {
         guid g;
         if (auto const why = g.try_parse(text); why != nullptr) [[unlikely]]
-            detail::throw_argument("cannot parse GUID \"" + std::string{text} + "\": " + why);
+            detail::throw_argument("cannot parse GUID " + detail::quoted(text) + ": " + why);
         return g;
     }
 
@@ -180,6 +182,7 @@ private:
 
     char const* try_parse(std::string_view text) noexcept {
         if (text.empty()) return "the text is empty";
+        if (text.find('\0') != std::string_view::npos) return "the text holds a NUL character";
         if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X'))
             return parse_hex(text.substr(2), 16, value_);
         if (text.find(':') == std::string_view::npos)

@@ -35,6 +35,13 @@ inline constexpr std::size_t max_message_bytes = std::numeric_limits<std::uint32
 /// Registered local memory as a typed span that carries the region's lkey: what a work request
 /// points at. Made only by a `memory_region` (so it always lies inside one) and by narrowing
 /// another `local_span`; at most 2^32 - 1 bytes, the most one scatter-gather entry can describe.
+///
+/// Const-correct for the HCA: a `local_span<T>` is memory the HCA may write (its region has
+/// `access::local_write`), what an RDMA READ, a receive or an atomic result needs; a
+/// `local_span<T const>` is memory the HCA only reads, for sends and RDMA WRITEs. A region
+/// registered without local_write hands out only spans of const (see `memory_region::span`),
+/// and a READ, receive or atomic into a span of const does not compile: nothing is checked when
+/// posting.
 /// Trivially copyable, 24 bytes; narrowing is checked, reading is free.
 /// Thread-safety: a value type.
 template <class T>
@@ -251,10 +258,12 @@ public:
     /// @throws sys_error when ibv_reg_mr(3) fails (EINVAL for remote write or atomic without
     ///         local write, ENOMEM past RLIMIT_MEMLOCK, EFAULT for unmapped memory).
     memory_region(protection_domain& pd, void* address, std::size_t length, access rights)
-        : handle_((::ibv_reg_mr)(pd.native_handle(), address, length, to_native(rights))) {
+        : handle_((::ibv_reg_mr)(pd.native_handle(), address, length, to_native(rights))), rights_(rights) {
         if (!handle_) [[unlikely]]
-            detail::throw_errno("ibv_reg_mr", "registering " + std::to_string(length) + " bytes with access 0x" +
-                                                  to_hex(static_cast<std::uint32_t>(rights)));
+            detail::throw_errno("ibv_reg_mr", [&] {
+                return "registering " + std::to_string(length) + " bytes with access 0x" +
+                       to_hex(static_cast<std::uint32_t>(rights));
+            });
     }
 
     /// Deregisters now, leaving the object empty (as a moved-from one).
@@ -274,20 +283,24 @@ public:
     /// and have not completed; always 0 without checked QPs. Thread-safety: any thread.
     [[nodiscard]] std::uint64_t in_flight() const noexcept { return handle_ ? in_flight(handle_.get()) : 0; }
 
-    /// The whole region as a span of `T`.
-    /// @throws argument_error when the region's start is not aligned for `T`, or when the region
-    ///         is longer than one scatter-gather entry can describe (2^32 - 1 bytes; use the
-    ///         overload with offset and count).
+    /// The whole region as a span of `T`. `T` must be const (`span<std::byte const>()`) when
+    /// the region was registered without `access::local_write`: the HCA may not write it.
+    /// @throws argument_error when `T` is not const and the region has no local write right,
+    ///         when the region's start is not aligned for `T`, or when the region is longer than
+    ///         one scatter-gather entry can describe (2^32 - 1 bytes; use the overload with offset
+    ///         and count).
     template <class T = std::byte>
     [[nodiscard]] local_span<T> span() const {
         return span<T>(0, length() / sizeof(T));
     }
 
     /// `count` elements of `T` from element `offset` of the region.
-    /// @throws argument_error when the range leaves the region, is misaligned for `T`, or is
-    ///         longer than 2^32 - 1 bytes.
+    /// @throws argument_error when `T` is not const and the region has no local write right,
+    ///         when the range leaves the region, is misaligned for `T`, or is longer than 2^32 - 1
+    ///         bytes.
     template <class T = std::byte>
     [[nodiscard]] local_span<T> span(std::size_t offset, std::size_t count) const {
+        if constexpr (!std::is_const_v<T>) check_writable();
         auto const base = reinterpret_cast<std::uintptr_t>(handle_->addr);
         if (base % alignof(T) != 0) [[unlikely]]
             detail::throw_argument("memory region at 0x" + to_hex(base) + " is not aligned for an element of " +
@@ -301,11 +314,14 @@ public:
         return {static_cast<T*>(handle_->addr) + offset, count, handle_->lkey};
     }
 
-    /// The registered span for `memory`, which must lie inside this region.
-    /// @throws argument_error when it does not (quoting both ranges), or when it is longer than
-    ///         2^32 - 1 bytes.
+    /// The registered span for `memory`, which must lie inside this region; a span of const
+    /// (`std::span<T const>`) when the region was registered without `access::local_write`.
+    /// @throws argument_error when it does not lie inside (quoting both ranges), when it is
+    ///         longer than 2^32 - 1 bytes, or when `T` is not const and the region has no local
+    ///         write right.
     template <class T>
     [[nodiscard]] local_span<T> span_of(std::span<T> memory) const {
+        if constexpr (!std::is_const_v<T>) check_writable();
         auto const lo = reinterpret_cast<std::uintptr_t>(memory.data());
         auto const base = reinterpret_cast<std::uintptr_t>(handle_->addr);
         if (lo < base || memory.size_bytes() > length() || lo - base > length() - memory.size_bytes()) [[unlikely]]
@@ -330,6 +346,8 @@ public:
     [[nodiscard]] std::uint32_t lkey() const noexcept { return handle_->lkey; }
     /// Remote key, for peers' one-sided operations.
     [[nodiscard]] std::uint32_t rkey() const noexcept { return handle_->rkey; }
+    /// The access rights it was registered with.
+    [[nodiscard]] access rights() const noexcept { return rights_; }
     /// The verbs handle.
     [[nodiscard]] ibv_mr* native_handle() const noexcept { return handle_.get(); }
 
@@ -354,6 +372,15 @@ private:
         } while (v != 0);
         return s;
     }
+    // A span of non-const elements is memory the HCA may write: only with local write access.
+    void check_writable() const {
+        if (!has(rights_, access::local_write)) [[unlikely]]
+            detail::throw_argument("memory region [0x" + to_hex(reinterpret_cast<std::uintptr_t>(handle_->addr)) +
+                                   ", +" + std::to_string(length()) + " bytes) with lkey 0x" + to_hex(lkey()) +
+                                   " was registered without access::local_write, so the HCA may not write it: take "
+                                   "a span of const (span<T const>(), span_of(std::span<T const>)) to send or RDMA "
+                                   "WRITE from it; an RDMA READ, a receive or an atomic result needs local_write");
+    }
     static void check_message_length(std::size_t bytes) {
         if (bytes > detail::max_message_bytes) [[unlikely]]
             detail::throw_argument("a span of " + std::to_string(bytes) +
@@ -373,6 +400,7 @@ private:
         }
     };
     std::unique_ptr<ibv_mr, deleter> handle_;
+    access rights_ = access::none;
 };
 
 template <class T>

@@ -30,7 +30,7 @@ public:
     explicit protection_domain(rdmacxx::context& ctx)
         : context_(ctx.anchor_cell()), handle_(::ibv_alloc_pd(ctx.native_handle())), anchor_(this) {
         if (!handle_) [[unlikely]]
-            detail::throw_errno("ibv_alloc_pd", "on " + std::string{ctx.name()});
+            detail::throw_errno("ibv_alloc_pd", [&] { return "on " + std::string{ctx.name()}; });
     }
     /// Takes over `other`'s domain and the objects made in it; `other` is left empty.
     protection_domain(protection_domain&& other) noexcept

@@ -219,10 +219,11 @@ private:
         else
             qp_.reset(::ibv_create_qp(pd.native_handle(), &init));
         if (!qp_) [[unlikely]]
-            detail::throw_errno("ibv_create_qp", std::string{"for a "} + Transport::name + " QP with max_send_wr " +
-                                                     std::to_string(caps.max_send_wr) + ", max_recv_wr " +
-                                                     std::to_string(caps.max_recv_wr) + ", max_inline_data " +
-                                                     std::to_string(caps.max_inline_data));
+            detail::throw_errno("ibv_create_qp", [&] {
+                return std::string{"for a "} + Transport::name + " QP with max_send_wr " +
+                       std::to_string(caps.max_send_wr) + ", max_recv_wr " + std::to_string(caps.max_recv_wr) +
+                       ", max_inline_data " + std::to_string(caps.max_inline_data);
+            });
         caps_ = {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge, init.cap.max_recv_sge,
                  init.cap.max_inline_data};
         psn_ = std::random_device{}() & 0xffffffU;
@@ -250,11 +251,12 @@ private:
         ibv_context* const verbs = pd.native_handle()->context;
         qp_.reset(::ibv_create_qp_ex(verbs, &ex));
         if (!qp_) [[unlikely]]
-            detail::throw_errno("ibv_create_qp_ex", std::string{"for a "} + Transport::name +
-                                                        " QP with the extended post "
-                                                        "API (ibv_wr_*) on " +
-                                                        std::string{::ibv_get_device_name(verbs->device)} +
-                                                        ": the device may not support it; use legacy_post");
+            detail::throw_errno("ibv_create_qp_ex", [&] {
+                return std::string{"for a "} + Transport::name +
+                       " QP with the extended post API (ibv_wr_*) on " +
+                       std::string{::ibv_get_device_name(verbs->device)} +
+                       ": the device may not support it; use legacy_post";
+            });
         init.cap = ex.cap;
         qpx_ = ::ibv_qp_to_qp_ex(qp_.get());
         if (qpx_ == nullptr) [[unlikely]]
@@ -288,7 +290,7 @@ private:
     void record_extended(std::array<std::uint64_t, N>& tags, Wrs const&... wrs) requires(tracked) {
         std::size_t k = 0;
         try {
-            ((tags[k] = tracking_->ledger().record_send(wrs.wr_id(), wrs.flags(), wrs.sges()), ++k), ...);
+            ((tags[k] = tracking_->ledger().record_send(wrs), ++k), ...);
         } catch (...) {
             if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
             throw;
@@ -301,7 +303,7 @@ private:
         std::size_t k = 0;
         try {
             for (; k < chunk.size(); ++k)
-                tags[k] = tracking_->ledger().record_send(chunk[k].wr_id(), chunk[k].flags(), chunk[k].sges());
+                tags[k] = tracking_->ledger().record_send(chunk[k]);
         } catch (...) {
             if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
             throw;

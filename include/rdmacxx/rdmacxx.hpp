@@ -20,6 +20,7 @@
 #include "rdmacxx/end_port.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
+#include "rdmacxx/in_flight.hpp"
 #include "rdmacxx/memory.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"

@@ -31,8 +31,9 @@ public:
         init.attr.max_sge = max_sge;
         srq_.reset(::ibv_create_srq(pd.native_handle(), &init));
         if (!srq_) [[unlikely]]
-            detail::throw_errno("ibv_create_srq",
-                                "with max_wr " + std::to_string(max_wr) + ", max_sge " + std::to_string(max_sge));
+            detail::throw_errno("ibv_create_srq", [&] {
+                return "with max_wr " + std::to_string(max_wr) + ", max_sge " + std::to_string(max_sge);
+            });
         max_wr_ = init.attr.max_wr;
     }
 

@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <ranges>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -24,24 +25,64 @@ namespace rdmacxx {
 inline namespace v0 {
 
 /// A scatter-gather list of `N` local spans, for a work request that gathers from (or
-/// scatters into) several places. Made by `gather(spans…)`.
-template <std::size_t N>
+/// scatters into) several places. Made by `gather(spans…)`. `Writable` is false when one of the
+/// spans is a `local_span<T const>` (memory the HCA may only read): such a list serves sends and
+/// RDMA WRITEs, and an RDMA READ or a receive into it does not compile.
+template <std::size_t N, bool Writable = true>
 struct sg_list {
     std::array<ibv_sge, N> entries{}; ///< one entry per span, in order
     std::uint64_t bytes = 0;          ///< total length in bytes
 };
 
-/// The scatter-gather list of `spans`, in order.
+/// The scatter-gather list of `spans`, in order; writable when none of them is a span of const.
 template <class... T>
-[[nodiscard]] constexpr sg_list<sizeof...(T)> gather(local_span<T>... spans) noexcept {
+[[nodiscard]] constexpr sg_list<sizeof...(T), !(std::is_const_v<T> || ...)> gather(local_span<T>... spans) noexcept {
     return {{spans.sge()...}, (std::uint64_t{0} + ... + spans.size_bytes())};
 }
 
 namespace detail {
 
+template <class>
+inline constexpr bool dependent_false = false;
+
+template <class>
+inline constexpr bool is_local_span = false;
+template <class T>
+inline constexpr bool is_local_span<local_span<T>> = true;
+
+/// Memory that a work request cannot take because it carries no lkey: a `std::span`, an array,
+/// a container — anything contiguous that is not a `local_span`.
+template <class M>
+concept unregistered_memory =
+    std::ranges::contiguous_range<std::remove_cvref_t<M>> && !is_local_span<std::remove_cvref_t<M>>;
+
+/// The one-line explanation for an RDMA READ into a span of const.
+#define RDMACXX_READ_INTO_CONST                                                                                        \
+    "rdmacxx: an RDMA READ writes into its local span: it needs a local_span<T> of memory registered with "            \
+    "local_write, not a local_span<T const>"
+
+/// The one-line explanation for a receive into a span of const.
+#define RDMACXX_RECV_INTO_CONST                                                                                        \
+    "rdmacxx: a receive writes into its buffer: it needs a local_span<T> of memory registered with local_write, "      \
+    "not a local_span<T const>"
+
+/// The one-line explanation for an atomic's result span of const.
+#define RDMACXX_ATOMIC_RESULT_CONST                                                                                    \
+    "rdmacxx: an atomic writes the old value into its result span: it needs a local_span<std::uint64_t> of memory "    \
+    "registered with local_write, not a local_span<std::uint64_t const>"
+
+/// The one-line explanation for `unregistered_memory` passed to a work request.
+#define RDMACXX_NEEDS_LOCAL_SPAN                                                                                       \
+    "rdmacxx: a work request needs a local_span (registered memory that carries its lkey), not a plain std::span "     \
+    "or container: take it from the memory_region, e.g. mr.span() or mr.span_of(std::span{buffer})"
+
 template <std::size_t N>
 [[nodiscard]] inline sg_list<N> const& as_sg_list(sg_list<N> const& l) noexcept {
     return l;
+}
+template <std::size_t N>
+[[nodiscard]] inline sg_list<N> as_sg_list(sg_list<N, false> const& l) noexcept {
+    return {l.entries, l.bytes};
 }
 template <class T>
 [[nodiscard]] inline sg_list<1> as_sg_list(local_span<T> s) noexcept {
@@ -59,7 +100,7 @@ template <class T>
     if (local == 0 || remote == 0)
         throw_argument("an atomic operation needs one 8-byte element on each side (local " + std::to_string(local) +
                        ", remote " + std::to_string(remote) + ")");
-    throw_argument("atomic target address 0x" + std::to_string(address) + " is not 8-byte aligned");
+    throw_argument("atomic target address 0x" + hex(address) + " is not 8-byte aligned");
 }
 
 /// What every send-queue work request holds: its scatter-gather entries, `wr_id` and flags.
@@ -100,6 +141,7 @@ public:
 
 protected:
     constexpr explicit send_wr_base(sg_list<Sges> const& sg) noexcept : sg_(sg) {}
+    constexpr send_wr_base() noexcept = default; // for the overloads that only explain misuse
 
     /// Fills the fields every send-queue request has.
     void fill_common(ibv_send_wr& wr, ibv_wr_opcode opcode) const noexcept {
@@ -175,7 +217,14 @@ public:
     constexpr explicit send(local_span<T> payload) noexcept requires(Sges == 1)
         : detail::two_sided_base<send, Sges>(detail::as_sg_list(payload)) {}
     /// A send gathered from several spans.
-    constexpr explicit send(sg_list<Sges> const& payload) noexcept : detail::two_sided_base<send, Sges>(payload) {}
+    template <bool W>
+    constexpr explicit send(sg_list<Sges, W> const& payload) noexcept
+        : detail::two_sided_base<send, Sges>(detail::as_sg_list(payload)) {}
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M>
+    explicit send(M const&) requires(Sges == 1) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
     /// Fills `wr` (zero-initialised by the caller) for transport `Transport`.
     template <class Transport>
     void build(ibv_send_wr& wr) const noexcept {
@@ -185,8 +234,10 @@ public:
 };
 template <class T>
 send(local_span<T>) -> send<1>;
-template <std::size_t N>
-send(sg_list<N>) -> send<N>;
+template <std::size_t N, bool W>
+send(sg_list<N, W>) -> send<N>;
+template <detail::unregistered_memory M>
+send(M const&) -> send<1>;
 
 /// SEND with 32-bit immediate data, delivered in the receiver's completion (host order on both
 /// sides). Legal on RC, UC, UD.
@@ -200,8 +251,14 @@ public:
     constexpr send_imm(local_span<T> payload, std::uint32_t imm) noexcept requires(Sges == 1)
         : detail::two_sided_base<send_imm, Sges>(detail::as_sg_list(payload)), imm_(imm) {}
     /// A gathered send with immediate data `imm` (host order).
-    constexpr send_imm(sg_list<Sges> const& payload, std::uint32_t imm) noexcept
-        : detail::two_sided_base<send_imm, Sges>(payload), imm_(imm) {}
+    template <bool W>
+    constexpr send_imm(sg_list<Sges, W> const& payload, std::uint32_t imm) noexcept
+        : detail::two_sided_base<send_imm, Sges>(detail::as_sg_list(payload)), imm_(imm) {}
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M>
+    send_imm(M const&, std::uint32_t) requires(Sges == 1) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
     /// The immediate data, host order.
     [[nodiscard]] constexpr std::uint32_t imm() const noexcept { return imm_; }
     template <class Transport>
@@ -216,8 +273,10 @@ private:
 };
 template <class T>
 send_imm(local_span<T>, std::uint32_t) -> send_imm<1>;
-template <std::size_t N>
-send_imm(sg_list<N>, std::uint32_t) -> send_imm<N>;
+template <std::size_t N, bool W>
+send_imm(sg_list<N, W>, std::uint32_t) -> send_imm<N>;
+template <detail::unregistered_memory M>
+send_imm(M const&, std::uint32_t) -> send_imm<1>;
 
 namespace detail {
 /// Base of the one-sided operations: a remote target checked against the local length.
@@ -230,6 +289,7 @@ public:
     [[nodiscard]] constexpr std::uint32_t rkey() const noexcept { return rkey_; }
 
 protected:
+    constexpr one_sided_base() noexcept : remote_addr_(0), rkey_(0) {} // for the overloads that explain misuse
     template <class U>
     one_sided_base(sg_list<Sges> const& local, remote_span<U> remote, char const* what)
         : send_wr_base<Derived, Sges>(local), remote_addr_(remote.address()), rkey_(remote.rkey()) {
@@ -262,9 +322,14 @@ public:
         : detail::one_sided_base<write, Sges>(detail::as_sg_list(source), target, name) {}
     /// Writes the gathered `source` to the start of `target`.
     /// @throws argument_error when `source` is longer than `target`.
-    template <class U>
-    write(sg_list<Sges> const& source, remote_span<U> target)
-        : detail::one_sided_base<write, Sges>(source, target, name) {}
+    template <bool W, class U>
+    write(sg_list<Sges, W> const& source, remote_span<U> target)
+        : detail::one_sided_base<write, Sges>(detail::as_sg_list(source), target, name) {}
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M, class U>
+    write(M const&, remote_span<U>) requires(Sges == 1) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
     template <class Transport>
     void build(ibv_send_wr& wr) const noexcept {
         this->fill_common(wr, opcode);
@@ -273,8 +338,10 @@ public:
 };
 template <class T, class U>
 write(local_span<T>, remote_span<U>) -> write<1>;
-template <std::size_t N, class U>
-write(sg_list<N>, remote_span<U>) -> write<N>;
+template <std::size_t N, bool W, class U>
+write(sg_list<N, W>, remote_span<U>) -> write<N>;
+template <detail::unregistered_memory M, class U>
+write(M const&, remote_span<U>) -> write<1>;
 
 /// RDMA WRITE with immediate: a write that also consumes a receive at the peer and completes
 /// there with the immediate data (host order). Legal on RC and UC.
@@ -289,9 +356,14 @@ public:
     write_imm(local_span<T> source, remote_span<U> target, std::uint32_t imm) requires(Sges == 1)
         : detail::one_sided_base<write_imm, Sges>(detail::as_sg_list(source), target, name), imm_(imm) {}
     /// @throws argument_error when `source` is longer than `target`.
-    template <class U>
-    write_imm(sg_list<Sges> const& source, remote_span<U> target, std::uint32_t imm)
-        : detail::one_sided_base<write_imm, Sges>(source, target, name), imm_(imm) {}
+    template <bool W, class U>
+    write_imm(sg_list<Sges, W> const& source, remote_span<U> target, std::uint32_t imm)
+        : detail::one_sided_base<write_imm, Sges>(detail::as_sg_list(source), target, name), imm_(imm) {}
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M, class U>
+    write_imm(M const&, remote_span<U>, std::uint32_t) requires(Sges == 1) : imm_(0) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
     /// The immediate data, host order.
     [[nodiscard]] constexpr std::uint32_t imm() const noexcept { return imm_; }
     template <class Transport>
@@ -306,8 +378,10 @@ private:
 };
 template <class T, class U>
 write_imm(local_span<T>, remote_span<U>, std::uint32_t) -> write_imm<1>;
-template <std::size_t N, class U>
-write_imm(sg_list<N>, remote_span<U>, std::uint32_t) -> write_imm<N>;
+template <std::size_t N, bool W, class U>
+write_imm(sg_list<N, W>, remote_span<U>, std::uint32_t) -> write_imm<N>;
+template <detail::unregistered_memory M, class U>
+write_imm(M const&, remote_span<U>, std::uint32_t) -> write_imm<1>;
 
 /// RDMA READ: copies the peer's registered memory into local memory (which needs local write
 /// access). Legal on RC only.
@@ -317,16 +391,30 @@ public:
     static constexpr ibv_wr_opcode opcode = IBV_WR_RDMA_READ;
     static constexpr char const* name = "RDMA READ";
     static constexpr bool needs_read = true;
-    /// Reads the start of `source` into `destination`.
+    /// Reads the start of `source` into `destination`, which must be writable: a
+    /// `local_span<T const>` does not compile.
     /// @throws argument_error when `destination` is longer than `source`.
     template <class T, class U>
     read(local_span<T> destination, remote_span<U> source) requires(Sges == 1)
-        : detail::one_sided_base<read, Sges>(detail::as_sg_list(destination), source, name) {}
+        : detail::one_sided_base<read, Sges>(detail::as_sg_list(destination), source, name) {
+        static_assert(!std::is_const_v<T>, RDMACXX_READ_INTO_CONST);
+    }
     /// Reads the start of `source`, scattered into `destination`.
     /// @throws argument_error when `destination` is longer than `source`.
     template <class U>
     read(sg_list<Sges> const& destination, remote_span<U> source)
         : detail::one_sided_base<read, Sges>(destination, source, name) {}
+    /// A gathered list with a span of const: does not compile, with the reason.
+    template <class U>
+    read(sg_list<Sges, false> const& destination, remote_span<U> source)
+        : detail::one_sided_base<read, Sges>(detail::as_sg_list(destination), source, name) {
+        static_assert(detail::dependent_false<U>, RDMACXX_READ_INTO_CONST);
+    }
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M, class U>
+    read(M const&, remote_span<U>) requires(Sges == 1) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
     template <class Transport>
     void build(ibv_send_wr& wr) const noexcept {
         this->fill_common(wr, opcode);
@@ -335,8 +423,10 @@ public:
 };
 template <class T, class U>
 read(local_span<T>, remote_span<U>) -> read<1>;
-template <std::size_t N, class U>
-read(sg_list<N>, remote_span<U>) -> read<N>;
+template <std::size_t N, bool W, class U>
+read(sg_list<N, W>, remote_span<U>) -> read<N>;
+template <detail::unregistered_memory M, class U>
+read(M const&, remote_span<U>) -> read<1>;
 
 namespace detail {
 /// Base of the 64-bit atomics: one 8-byte local result, one 8-byte-aligned remote target.
@@ -348,6 +438,7 @@ public:
     [[nodiscard]] constexpr std::uint32_t rkey() const noexcept { return rkey_; }
 
 protected:
+    constexpr atomic_base() noexcept : remote_addr_(0), rkey_(0) {} // for the overloads that explain misuse
     atomic_base(local_span<std::uint64_t> result, remote_span<std::uint64_t> target)
         : send_wr_base<Derived, 1>(
               sg_list<1>{{ibv_sge{reinterpret_cast<std::uintptr_t>(result.data()), 8, result.lkey()}}, 8}),
@@ -381,19 +472,31 @@ public:
     compare_swap(local_span<std::uint64_t> result, remote_span<std::uint64_t> target, std::uint64_t compare,
                  std::uint64_t swap)
         : atomic_base(result, target), compare_(compare), swap_(swap) {}
-    /// The value the target is compared with.
-    [[nodiscard]] constexpr std::uint64_t compare() const noexcept { return compare_; }
-    /// The value stored when the comparison holds.
-    [[nodiscard]] constexpr std::uint64_t swap() const noexcept { return swap_; }
-    template <class Transport>
-    void build(ibv_send_wr& wr) const noexcept {
-        fill_common(wr, opcode);
-        fill_atomic(wr, compare_, swap_);
-    }
+    /// A result span of const: does not compile, with the reason.
+    template <class T>
+        requires std::is_const_v<T> compare_swap(local_span<T>, remote_span<std::uint64_t>, std::uint64_t,
+                                                 std::uint64_t)
+            : compare_(0), swap_(0) {
+            static_assert(detail::dependent_false<T>, RDMACXX_ATOMIC_RESULT_CONST);
+        }
+        /// Not registered memory: does not compile, with the reason.
+        template <detail::unregistered_memory M>
+        compare_swap(M const&, remote_span<std::uint64_t>, std::uint64_t, std::uint64_t) : compare_(0), swap_(0) {
+            static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+        }
+        /// The value the target is compared with.
+        [[nodiscard]] constexpr std::uint64_t compare() const noexcept { return compare_; }
+        /// The value stored when the comparison holds.
+        [[nodiscard]] constexpr std::uint64_t swap() const noexcept { return swap_; }
+        template <class Transport>
+        void build(ibv_send_wr& wr) const noexcept {
+            fill_common(wr, opcode);
+            fill_atomic(wr, compare_, swap_);
+        }
 
-private:
-    std::uint64_t compare_;
-    std::uint64_t swap_;
+    private:
+        std::uint64_t compare_;
+        std::uint64_t swap_;
 };
 
 /// 64-bit atomic fetch-and-add on the peer: `*target += add`; the old value lands in
@@ -405,16 +508,26 @@ public:
     /// @throws argument_error when either span is empty or `target` is not 8-byte aligned.
     fetch_add(local_span<std::uint64_t> result, remote_span<std::uint64_t> target, std::uint64_t add)
         : atomic_base(result, target), add_(add) {}
-    /// The value added to the target.
-    [[nodiscard]] constexpr std::uint64_t add() const noexcept { return add_; }
-    template <class Transport>
-    void build(ibv_send_wr& wr) const noexcept {
-        fill_common(wr, opcode);
-        fill_atomic(wr, add_, 0);
-    }
+    /// A result span of const: does not compile, with the reason.
+    template <class T>
+        requires std::is_const_v<T> fetch_add(local_span<T>, remote_span<std::uint64_t>, std::uint64_t) : add_(0) {
+            static_assert(detail::dependent_false<T>, RDMACXX_ATOMIC_RESULT_CONST);
+        }
+        /// Not registered memory: does not compile, with the reason.
+        template <detail::unregistered_memory M>
+        fetch_add(M const&, remote_span<std::uint64_t>, std::uint64_t) : add_(0) {
+            static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+        }
+        /// The value added to the target.
+        [[nodiscard]] constexpr std::uint64_t add() const noexcept { return add_; }
+        template <class Transport>
+        void build(ibv_send_wr& wr) const noexcept {
+            fill_common(wr, opcode);
+            fill_atomic(wr, add_, 0);
+        }
 
-private:
-    std::uint64_t add_;
+    private:
+        std::uint64_t add_;
 };
 
 /// RECV: a receive buffer for one incoming SEND or WRITE with immediate. On UD the first 40
@@ -424,11 +537,24 @@ class recv {
 public:
     static constexpr std::size_t sge_count = Sges;
     static constexpr bool is_send_wr = false;
-    /// A receive into one span.
+    /// A receive into one span, which must be writable: a `local_span<T const>` does not compile.
     template <class T>
-    constexpr explicit recv(local_span<T> buffer) noexcept requires(Sges == 1) : sg_(detail::as_sg_list(buffer)) {}
+    constexpr explicit recv(local_span<T> buffer) noexcept requires(Sges == 1) : sg_(detail::as_sg_list(buffer)) {
+        static_assert(!std::is_const_v<T>, RDMACXX_RECV_INTO_CONST);
+    }
     /// A receive scattered into several spans.
     constexpr explicit recv(sg_list<Sges> const& buffer) noexcept : sg_(buffer) {}
+    /// A gathered list with a span of const: does not compile, with the reason.
+    template <bool W>
+        requires(!W)
+    explicit recv(sg_list<Sges, W> const& buffer) : sg_(detail::as_sg_list(buffer)) {
+        static_assert(W, RDMACXX_RECV_INTO_CONST);
+    }
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M>
+    explicit recv(M const&) requires(Sges == 1) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
     /// Sets the `wr_id` its completion will carry.
     constexpr recv& id(std::uint64_t wr_id) noexcept {
         wr_id_ = wr_id;
@@ -450,8 +576,10 @@ private:
 };
 template <class T>
 recv(local_span<T>) -> recv<1>;
-template <std::size_t N>
-recv(sg_list<N>) -> recv<N>;
+template <std::size_t N, bool W>
+recv(sg_list<N, W>) -> recv<N>;
+template <detail::unregistered_memory M>
+recv(M const&) -> recv<1>;
 
 /// A send-queue work request type.
 template <class W>

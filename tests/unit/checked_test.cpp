@@ -7,7 +7,9 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -76,12 +78,12 @@ TEST_CASE("checked: a signaled completion retires the unsignaled sends before it
     // send tag: its opcode tells it apart, and it is left alone.
     ibv_wc srq_recv = completion_of(chain[1].wr_id, 17);
     srq_recv.opcode = IBV_WC_RECV;
-    CHECK_FALSE(ledger.complete(srq_recv));
+    CHECK(ledger.complete(srq_recv) == rx::detail::qp_ledger::outcome::not_ours);
     CHECK(srq_recv.wr_id == chain[1].wr_id);
     CHECK(ledger.sends() == 3);
 
     ibv_wc wc = completion_of(chain[2].wr_id, 17);
-    CHECK(ledger.complete(wc));
+    CHECK(ledger.complete(wc) == rx::detail::qp_ledger::outcome::completed);
     CHECK(wc.wr_id == 102);
     CHECK(ledger.sends() == 0);
     CHECK(in_flight(0xa1) == 0);
@@ -107,14 +109,14 @@ TEST_CASE("checked: inline sends hold no region; receives retire one by one, flu
     CHECK((recvs[0].wr_id & rx::detail::qp_ledger::recv_bit) != 0);
 
     ibv_wc wc = completion_of(recvs[0].wr_id, 18, IBV_WC_WR_FLUSH_ERR); // a flushed receive's opcode is undefined
-    ledger.complete(wc);
+    (void)ledger.complete(wc);
     CHECK(wc.wr_id == 1000);
     CHECK(ledger.recvs() == 1);
     CHECK(ledger.sends() == 1); // the send queue is untouched by a receive completion
     CHECK(in_flight(0xe5) == 1);
 
     ibv_wc stale = completion_of(12345, 18); // not a tag of this ledger: left alone
-    CHECK_FALSE(ledger.complete(stale));
+    CHECK(ledger.complete(stale) == rx::detail::qp_ledger::outcome::not_ours);
     CHECK(stale.wr_id == 12345);
     CHECK(ledger.recvs() == 1);
 }
@@ -157,4 +159,141 @@ TEST_CASE("checked: in_flight_error carries the counts and dumps them") {
     CHECK(had_handler);
     bool const restored = rx::set_in_flight_handler(old) == &rx::detail::default_in_flight_handler;
     CHECK(restored);
+}
+
+namespace {
+
+// A CQ without a device: ibv_poll_cq(3) is an inline call through the context's ops, which here
+// hand out the completions the test queued.
+std::deque<ibv_wc> fake_cq_entries;
+int fake_poll_cq(ibv_cq*, int n, ibv_wc* out) {
+    int k = 0;
+    for (; k < n && !fake_cq_entries.empty(); ++k) {
+        out[k] = fake_cq_entries.front();
+        fake_cq_entries.pop_front();
+    }
+    return k;
+}
+
+std::string reported;
+int reports = 0;
+void capture_report(rx::in_flight_error const& e) noexcept {
+    ++reports;
+    reported = e.what();
+}
+
+} // namespace
+
+TEST_CASE("checked: a completion older than the oldest on record is the two-thread misuse, reported and dropped") {
+    using outcome = rx::detail::qp_ledger::outcome;
+    rx::detail::qp_ledger ledger(fake_ctx, 21);
+    std::array<ibv_sge, 1> s{{{0x10, 8, 0x88}}};
+    // Thread A records request 0 and thread B request 1, but B's post reaches the device first: its
+    // completion retires both, and A's completion then arrives for a request no longer on record.
+    std::array<ibv_send_wr, 1> a{send_wr(500, IBV_SEND_SIGNALED, s.data(), 1)};
+    std::array<ibv_send_wr, 1> b{send_wr(501, IBV_SEND_SIGNALED, s.data(), 1)};
+    (void)ledger.record(a.data(), 1);
+    (void)ledger.record(b.data(), 1);
+    ibv_wc first = completion_of(b[0].wr_id, 21);
+    CHECK(ledger.complete(first) == outcome::completed);
+    CHECK(first.wr_id == 501);
+    ibv_wc late = completion_of(a[0].wr_id, 21);
+    std::uint64_t seq = 99, oldest = 99;
+    CHECK(ledger.complete(late, &seq, &oldest) == outcome::stale);
+    CHECK(seq == 0);
+    CHECK(oldest == 2);
+    CHECK(late.wr_id == a[0].wr_id); // left as it is: the caller drops it
+
+    // Through the CQ's ledger: the stale completion reaches the handler, never the user.
+    ibv_context ctx{};
+    ctx.ops.poll_cq = &fake_poll_cq;
+    ibv_cq cq{};
+    cq.context = &ctx;
+    rx::detail::cq_ledger cq_ledger(&cq);
+    rx::detail::qp_ledger qp(fake_ctx, 22);
+    cq_ledger.attach(&qp);
+    std::array<ibv_send_wr, 1> c{send_wr(600, IBV_SEND_SIGNALED, s.data(), 1)};
+    std::array<ibv_send_wr, 1> d{send_wr(601, IBV_SEND_SIGNALED, s.data(), 1)};
+    std::array<ibv_send_wr, 1> e{send_wr(602, IBV_SEND_SIGNALED, s.data(), 1)};
+    (void)qp.record(c.data(), 1);
+    (void)qp.record(d.data(), 1);
+    (void)qp.record(e.data(), 1);
+    fake_cq_entries = {completion_of(d[0].wr_id, 22), completion_of(c[0].wr_id, 22), completion_of(e[0].wr_id, 22)};
+    reports = 0;
+    auto const old = rx::set_in_flight_handler(&capture_report);
+    std::array<ibv_wc, 4> out{};
+    int const n = cq_ledger.poll(out.data(), static_cast<int>(out.size()));
+    (void)rx::set_in_flight_handler(old);
+    REQUIRE(n == 2);
+    CHECK(out[0].wr_id == 601);
+    CHECK(out[1].wr_id == 602); // no internal tag leaks out as a wr_id
+    CHECK(reports == 1);
+    CHECK(reported.find("checked QP 22: a completion arrived for send request #0, older than the oldest on record "
+                        "(#2): requests were posted to this QP from two threads at once without a lock") !=
+          std::string::npos);
+    CHECK(qp.sends() == 0);
+
+    // A poll whose every completion is dropped looks again rather than report none while more wait.
+    std::array<ibv_send_wr, 1> f{send_wr(603, IBV_SEND_SIGNALED, s.data(), 1)};
+    std::array<ibv_send_wr, 1> g{send_wr(604, IBV_SEND_SIGNALED, s.data(), 1)};
+    std::array<ibv_send_wr, 1> h{send_wr(605, IBV_SEND_SIGNALED, s.data(), 1)};
+    (void)qp.record(f.data(), 1); // #3
+    (void)qp.record(g.data(), 1); // #4
+    (void)qp.record(h.data(), 1); // #5
+    fake_cq_entries = {completion_of(g[0].wr_id, 22), completion_of(f[0].wr_id, 22), completion_of(h[0].wr_id, 22)};
+    (void)rx::set_in_flight_handler(&capture_report);
+    int const n1 = cq_ledger.poll(out.data(), 1);
+    std::uint64_t const id1 = out[0].wr_id;
+    int const n2 = cq_ledger.poll(out.data(), 1); // #3 is stale and dropped: #5 comes in its place
+    (void)rx::set_in_flight_handler(old);
+    CHECK(n1 == 1);
+    CHECK(id1 == 604);
+    CHECK(n2 == 1);
+    CHECK(out[0].wr_id == 605);
+    CHECK(reports == 2);
+    CHECK(fake_cq_entries.empty());
+    cq_ledger.detach(&qp);
+}
+
+TEST_CASE("checked: completions of requests a reset forgot are dropped quietly, not reported") {
+    using outcome = rx::detail::qp_ledger::outcome;
+    rx::detail::qp_ledger ledger(fake_ctx, 23);
+    std::array<ibv_sge, 1> s{{{0x10, 8, 0x99}}};
+    std::array<ibv_send_wr, 1> a{send_wr(1, IBV_SEND_SIGNALED, s.data(), 1)};
+    (void)ledger.record(a.data(), 1);
+    ledger.forget_all();
+    CHECK(in_flight(0x99) == 0);
+    ibv_wc wc = completion_of(a[0].wr_id, 23, IBV_WC_WR_FLUSH_ERR);
+    CHECK(ledger.complete(wc) == outcome::forgotten);
+}
+
+TEST_CASE("checked: a failed completion's request is noted: queue, operation, remote address, rkey") {
+    rx::detail::qp_ledger ledger(fake_ctx, 24);
+    std::array<ibv_sge, 1> s{{{0x10, 8, 0xaa}}};
+    ibv_send_wr w = send_wr(700, IBV_SEND_SIGNALED, s.data(), 1);
+    w.opcode = IBV_WR_RDMA_READ;
+    w.wr.rdma.remote_addr = 0x7fff0000a000;
+    w.wr.rdma.rkey = 0x4321;
+    (void)ledger.record(&w, 1);
+    ibv_wc wc = completion_of(w.wr_id, 24, IBV_WC_REM_ACCESS_ERR);
+    wc.vendor_err = 0x77;
+    CHECK(ledger.complete(wc) == rx::detail::qp_ledger::outcome::completed);
+    CHECK(wc.wr_id == 700);
+    rx::wc_error const e = rx::detail::failed_completion_error(wc);
+    CHECK(e.side() == rx::completion_side::send);
+    CHECK(e.request().opcode == IBV_WR_RDMA_READ);
+    CHECK(e.request().remote_address == 0x7fff0000a000);
+    CHECK(e.request().rkey == 0x4321);
+    CHECK(std::string{e.what()}.find("RDMA READ of remote address 0x7fff0000a000 with rkey 0x4321") !=
+          std::string::npos);
+
+    // A failed receive is noted as a receive; an unknown completion stays unknown.
+    std::array<ibv_recv_wr, 1> r{};
+    r[0] = {800, nullptr, s.data(), 1};
+    (void)ledger.record(r.data(), 1);
+    ibv_wc rwc = completion_of(r[0].wr_id, 24, IBV_WC_WR_FLUSH_ERR);
+    (void)ledger.complete(rwc);
+    CHECK(rx::detail::failed_completion_error(rwc).side() == rx::completion_side::receive);
+    ibv_wc other = completion_of(900, 25, IBV_WC_WR_FLUSH_ERR);
+    CHECK(rx::detail::failed_completion_error(other).side() == rx::completion_side::unknown);
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace rx = rdmacxx;
 using form = rx::end_port_description::form;
@@ -130,4 +131,21 @@ TEST_CASE("end_port: a GID with the colon is never read as a device, a GUID neve
     CHECK(rx::end_port_description::parse("0:0:0:1").kind() == form::guid);
     CHECK(rx::end_port_description::parse("0:0:0:0:0:0:0:1").kind() == form::gid);
     CHECK(rx::end_port_description::parse("0:0:0:0:0:0:0:1").gid() == rx::gid::parse("::1"));
+}
+
+TEST_CASE("end_port: a description with an embedded NUL is refused, not cut short at the NUL") {
+    using namespace std::string_view_literals;
+    for (std::string_view const text :
+         {"::1\0garbage"sv, "rxe0\0/1"sv, "rxe0/1\0"sv, "0x12\0"sv, "\0"sv, "0002:c903:0000:1492\0x"sv}) {
+        CAPTURE(std::string{text});
+        rx::end_port_description out = rx::end_port_description::parse("rxe0/1");
+        CHECK_FALSE(rx::end_port_description::try_parse(text, out));
+        CHECK(out.kind() == form::device_port);
+        CHECK_THROWS_WITH_AS((void)rx::end_port_description::parse(text), doctest::Contains("NUL character at offset"),
+                             rx::argument_error);
+    }
+    CHECK_THROWS_WITH_AS((void)rx::end_port_description::parse("::1\0garbage"sv),
+                         "invalid end port description \"::1\\0garbage\": the text holds a NUL character at offset 3 "
+                         "(Invalid argument)",
+                         rx::argument_error);
 }

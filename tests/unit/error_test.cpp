@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -39,30 +41,79 @@ TEST_CASE("dump_detailed prints levels 0, 1 and 2 in python-rdma's shape") {
     CHECK(l2.str() == l1.str() + "E:   verb: ibv_modify_qp\nE:   errno: 22\n");
 }
 
-TEST_CASE("wc_error carries the completion status as an error_code and dumps the completion") {
+TEST_CASE("wc_error carries the completion status as an error_code and dumps only what a failed completion defines") {
     ibv_wc wc{};
+    std::memset(&wc, 0xa5, sizeof wc); // what a provider leaves undefined in a failed completion
     wc.wr_id = 42;
     wc.status = IBV_WC_REM_ACCESS_ERR;
-    wc.opcode = IBV_WC_RDMA_WRITE;
     wc.vendor_err = 0x13;
     wc.qp_num = 17;
-    rx::wc_error e(wc, true);
+    rx::wc_error const e(wc);
     CHECK(e.code() == rx::make_wc_error_code(IBV_WC_REM_ACCESS_ERR));
     CHECK(e.code().category() == rx::wc_category());
     CHECK(e.code().message() == ::ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
     CHECK(e.status() == IBV_WC_REM_ACCESS_ERR);
-    CHECK(e.is_send());
+    CHECK(e.side() == rx::completion_side::unknown);
+    CHECK(e.request().opcode == -2);
     std::ostringstream os;
     e.dump_detailed(os, "E:", 2);
-    CHECK(os.str() == "E: work completion for wr_id 42 on QP 17 (send queue)\n"
+    // Neither the opcode, nor the length, nor a side guessed from the opcode's receive bit.
+    CHECK(os.str() == "E: work completion for wr_id 42 on QP 17\n"
                       "E: +rdmacxx.wc_status 10: remote access error\n"
                       "E:   status: remote access error (10)\n"
                       "E:   vendor_err: 0x13\n"
-                      "E:   opcode: 1\n"
                       "E:   wr_id: 42\n"
                       "E:   qp_num: 17\n"
-                      "E:   side: send\n"
-                      "E:   byte_len: 0\n");
+                      "E:   side: unknown (not tracked)\n");
+}
+
+TEST_CASE("wc_error names the tracked request: side, operation, remote address and rkey in hex") {
+    ibv_wc wc{};
+    wc.wr_id = 7;
+    wc.status = IBV_WC_REM_ACCESS_ERR;
+    wc.qp_num = 18;
+    rx::wc_error const e(wc, rx::tracked_request{rx::completion_side::send, IBV_WR_RDMA_WRITE, 0x7f0012345000, 0xab12});
+    CHECK(e.side() == rx::completion_side::send);
+    CHECK(e.request().remote_address == 0x7f0012345000);
+    CHECK(std::string{e.what()} == "work completion for wr_id 7 on QP 18 (send queue): RDMA WRITE of remote address "
+                                   "0x7f0012345000 with rkey 0xab12 (remote access error)");
+    std::ostringstream os;
+    e.dump_detailed(os, "", 2);
+    CHECK(os.str().find("  side: send\n  operation: RDMA WRITE\n  remote_address: 0x7f0012345000\n  rkey: 0xab12\n") !=
+          std::string::npos);
+
+    rx::wc_error const r(wc, rx::tracked_request{rx::completion_side::receive, -1, 0, 0});
+    CHECK(std::string{r.what()}.find("(receive queue): RECV (") != std::string::npos);
+    std::ostringstream ro;
+    r.dump_detailed(ro, "", 2);
+    CHECK(ro.str().find("remote_address") == std::string::npos);
+
+    rx::wc_error const k(wc, false); // the thrower knows the queue
+    CHECK(k.side() == rx::completion_side::receive);
+}
+
+TEST_CASE("throw_errno reads errno before it builds its message") {
+    errno = EACCES;
+    try {
+        rx::detail::throw_errno("ibv_reg_mr", [] {
+            errno = ENOMEM; // what an allocation or a verb called while building the message may do
+            return std::string{"registering 4096 bytes"};
+        });
+    } catch (rx::sys_error const& e) {
+        CHECK(e.errno_value() == EACCES);
+        CHECK(std::string{e.what()} == "ibv_reg_mr failed registering 4096 bytes (Permission denied)");
+    }
+    errno = 0;
+    CHECK_THROWS_WITH_AS(rx::detail::throw_errno("fcntl", "setting O_NONBLOCK"),
+                         "fcntl failed setting O_NONBLOCK (Input/output error)", rx::sys_error);
+}
+
+TEST_CASE("ibv_poll_cq's negative return is EIO, its value quoted, never read as an errno") {
+    // mlx5 returns -2 for any failure: as an errno that would read "No such file or directory".
+    CHECK_THROWS_WITH_AS(rx::detail::throw_poll_cq(-2), "ibv_poll_cq failed (it returned -2) (Input/output error)",
+                         rx::sys_error);
+    CHECK(rx::detail::poll_cq_error_code(-2) == std::errc::io_error);
+    CHECK(rx::detail::poll_cq_error_code(-22) == std::errc::io_error);
 }
 
 TEST_CASE("wr_error reports the bad index of the chain") {

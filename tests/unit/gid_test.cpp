@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 namespace rx = rdmacxx;
@@ -78,6 +79,28 @@ TEST_CASE("guid parses both text forms and formats in groups") {
         CAPTURE(text);
         rx::guid out;
         CHECK_FALSE(rx::guid::try_parse(text, out));
+        CHECK_THROWS_AS((void)rx::guid::parse(text), rx::argument_error);
+    }
+}
+
+TEST_CASE("gid and guid text with an embedded NUL is refused, not cut short at the NUL") {
+    using namespace std::string_view_literals;
+    for (std::string_view const text : {"::1\0garbage"sv, "::1\0"sv, "\0::1"sv, "fe80::1\0:2"sv}) {
+        CAPTURE(std::string{text});
+        rx::gid out = rx::gid::parse("fe80::9");
+        CHECK_FALSE(rx::gid::try_parse(text, out));
+        CHECK(out == rx::gid::parse("fe80::9"));
+        CHECK_THROWS_WITH_AS((void)rx::gid::parse(text), doctest::Contains("holds a NUL character"),
+                             rx::argument_error);
+    }
+    // The message quotes the text whole, the NUL written as \0.
+    CHECK_THROWS_WITH_AS((void)rx::gid::parse("::1\0garbage"sv),
+                         "cannot parse GID \"::1\\0garbage\": the text holds a NUL character (Invalid argument)",
+                         rx::argument_error);
+    for (std::string_view const text : {"0x12\0"sv, "0002:c903:0000:1492\0"sv, "0x1\0002"sv}) {
+        rx::guid out{5};
+        CHECK_FALSE(rx::guid::try_parse(text, out));
+        CHECK(out.value() == 5);
         CHECK_THROWS_AS((void)rx::guid::parse(text), rx::argument_error);
     }
 }

@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace rx = rdmacxx;
 
@@ -21,6 +23,19 @@ static_assert(rx::postable_on<rx::compare_swap, rx::rc> && !rx::postable_on<rx::
 static_assert(rx::postable_on<rx::fetch_add, rx::rc> && !rx::postable_on<rx::fetch_add, rx::ud>);
 static_assert(!rx::postable_on<rx::recv<>, rx::rc>);
 static_assert(rx::recv_work_request<rx::recv<>> && !rx::recv_work_request<rx::send<>>);
+
+// A gathered list knows whether the HCA may write all of it: any span of const makes it read-only,
+// and it still converts into the sends and writes (tests/compile_fail has the READs and receives).
+static_assert(
+    std::is_same_v<decltype(rx::gather(std::declval<rx::local_span<int>>(), std::declval<rx::local_span<char>>())),
+                   rx::sg_list<2, true>>);
+static_assert(std::is_same_v<decltype(rx::gather(std::declval<rx::local_span<int>>(),
+                                                 std::declval<rx::local_span<char const>>())),
+                             rx::sg_list<2, false>>);
+static_assert(std::is_same_v<decltype(rx::send{std::declval<rx::sg_list<2, false>>()}), rx::send<2>>);
+static_assert(
+    std::is_same_v<decltype(rx::write{std::declval<rx::sg_list<3, false>>(), std::declval<rx::remote_span<int>>()}),
+                   rx::write<3>>);
 
 namespace {
 
@@ -164,4 +179,10 @@ TEST_CASE("recv builds its receive request") {
     CHECK(wr.sg_list[0].addr == reinterpret_cast<std::uintptr_t>(local_memory.data()));
     CHECK(wr.sg_list[0].length == 64);
     CHECK(wr.sg_list[0].lkey == 0x1111);
+}
+
+TEST_CASE("a misaligned atomic target is quoted in hex") {
+    auto const result = rx::local_span<std::uint64_t>::assume_registered(atomic_result.data(), 1, 0x2222);
+    CHECK_THROWS_WITH_AS((rx::fetch_add{result, rx::remote_span<std::uint64_t>{0x10fc, 1, 0x3333}, 1}),
+                         "atomic target address 0x10fc is not 8-byte aligned (Invalid argument)", rx::argument_error);
 }

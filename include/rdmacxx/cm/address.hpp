@@ -31,9 +31,14 @@ public:
     }
 
     /// The address of `host` (a numeric IPv4/IPv6 address or a name) at `port` (host order).
-    /// @throws address_error (synchronous, status -EADDRNOTAVAIL) when getaddrinfo(3) cannot
-    ///         resolve it, with getaddrinfo's message.
+    /// All of `host` is read: an embedded NUL character is refused, not taken for its end.
+    /// @throws argument_error, before getaddrinfo(3) is called, when `host` holds a NUL
+    ///         character; address_error (synchronous, status -EADDRNOTAVAIL) when getaddrinfo(3)
+    ///         cannot resolve it, with getaddrinfo's message.
     [[nodiscard]] static address resolve(std::string const& host, std::uint16_t port) {
+        if (auto const nul = host.find('\0'); nul != std::string::npos)
+            rdmacxx::detail::throw_argument("cannot resolve host " + rdmacxx::detail::quoted(host) +
+                                            ": it holds a NUL character at offset " + std::to_string(nul));
         addrinfo hints{};
         hints.ai_family = AF_UNSPEC;
         hints.ai_socktype = SOCK_STREAM;
