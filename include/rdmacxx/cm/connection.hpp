@@ -9,6 +9,7 @@
 #include "rdmacxx/cm/error.hpp"
 #include "rdmacxx/cm/event.hpp"
 #include "rdmacxx/cm/id.hpp"
+#include "rdmacxx/cm/monitor.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/qp.hpp"
@@ -62,13 +63,6 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
 }
 } // namespace detail
 
-/// Where a connection is in its life.
-enum class connection_state {
-    connecting,   ///< accepted on a shared channel, `established` not seen yet
-    established,  ///< data may flow
-    disconnected, ///< `disconnected` seen or `disconnect` called
-};
-
 /// One RDMA CM connection (RC or UC over the TCP port space) or UD association (UDP port space):
 /// owns its id, a protection domain and one completion queue on the id's device, and the queue
 /// pair made on the id (`queue_pair<Transport, Completion>`), with the peer's private data and
@@ -78,11 +72,23 @@ enum class connection_state {
 /// Destruction tears down in order: disconnect (if still connected), drain the CQ, destroy the
 /// QP, the CQ, the PD, then the id and the connection's own event channel (if it has one).
 ///
-/// Register the memory you post with `pd()`. A connection with its own event channel (the
-/// default) waits for its events itself (`disconnect`, `wait_disconnected`); one accepted on a
-/// shared channel (`connect_request::accept_shared`) is told its events by the caller's loop
-/// through `handle`.
-/// Thread-safety: one thread at a time per connection.
+/// A dead peer surfaces by itself: a connected (RC/UC) connection with its own event channel (the
+/// default) has a monitor thread take that channel's events once it is established; when the CM
+/// reports `disconnected` (the peer disconnected, or died: its kernel destroys its id and sends a
+/// DREQ) or `device_removal`, the monitor moves the QP to ERR at once, so every WR in flight
+/// completes with `IBV_WC_WR_FLUSH_ERR` and every thread waiting on the CQ wakes, answers the
+/// peer's DREQ, and wakes `wait_disconnected`. Do not take events from `channel()` yourself
+/// after establishment. A peer that vanishes without a DREQ (its host lost) is seen only by the
+/// traffic: the next SEND, WRITE or READ fails after the ACK timeout × (retry count + 1) with
+/// `IBV_WC_RETRY_EXC_ERR` (which moves the QP to ERR and flushes the rest), and the CM's own
+/// `disconnected` follows when its DREQ times out; a connection that only has receives posted
+/// learns nothing until it sends.
+///
+/// Register the memory you post with `pd()`. One accepted on a shared channel
+/// (`connect_request::accept_shared`) is told its events by the caller's loop through `handle`,
+/// which does the same on `disconnected`.
+/// Thread-safety: one thread at a time per connection; `state()`, `wait_disconnected` and
+/// `handle` may be called from other threads.
 /// @see rdma_cm(7)
 template <transport Transport, completion_strategy Completion>
 class connection {
@@ -92,9 +98,8 @@ public:
 
     ~connection() {
         if (id_.native_handle() == nullptr) return;
-        if constexpr (Transport::connected) {
-            if (state_ == connection_state::established) (void)::rdma_disconnect(id_.native_handle());
-        }
+        monitor_->stop();
+        if constexpr (Transport::connected) (void)monitor_->disconnect();
         if (qp_) {
             std::array<work_completion, 16> drain;
             std::error_code ec;
@@ -115,10 +120,11 @@ public:
     [[nodiscard]] protection_domain& pd() noexcept { return *pd_; }
     /// The id.
     [[nodiscard]] cm::id& cm_id() noexcept { return id_; }
-    /// The connection's own event channel; null when it shares its creator's.
+    /// The connection's own event channel; null when it shares its creator's. Once a connected
+    /// connection is established its monitor takes the events of this channel.
     [[nodiscard]] event_channel* channel() noexcept { return channel_.get(); }
     /// The state.
-    [[nodiscard]] connection_state state() const noexcept { return state_; }
+    [[nodiscard]] connection_state state() const noexcept { return monitor_->state(); }
     /// The private data the peer sent: with `established` on the active side, with the connect
     /// request on the passive side (the whole buffer the CM delivered, zero padded).
     [[nodiscard]] std::span<std::byte const> peer_private_data() const noexcept { return peer_private_data_; }
@@ -137,8 +143,19 @@ public:
     [[nodiscard]] std::uint32_t peer_qkey() const noexcept requires(!Transport::connected) { return peer_ud_.qkey; }
     /// UD: makes the sender of the datagram `wc` (received into `buffer`, whose first 40 bytes are
     /// the GRH) the peer: address handle from the completion, its source QPN, the CM's Q_Key.
-    /// @throws sys_error when ibv_init_ah_from_wc(3) or ibv_create_ah(3) fails.
+    /// @throws argument_error when `buffer` is shorter than the 40-byte GRH, or `wc` is not a
+    ///         successful receive of at least 40 bytes (nothing is read then); sys_error when
+    ///         ibv_init_ah_from_wc(3) or ibv_create_ah(3) fails.
     void reply_to(work_completion const& wc, std::span<std::byte const> buffer) requires(!Transport::connected) {
+        constexpr std::size_t grh_bytes = sizeof(ibv_grh);
+        static_assert(grh_bytes == 40);
+        if (buffer.size() < grh_bytes) [[unlikely]]
+            rdmacxx::detail::throw_argument("reply_to: the receive buffer holds " + std::to_string(buffer.size()) +
+                                            " bytes, less than the 40-byte GRH in front of every UD receive");
+        if (!wc.ok() || !wc.is_recv() || wc.byte_len() < grh_bytes) [[unlikely]]
+            rdmacxx::detail::throw_argument(
+                "reply_to: the completion is not a successful receive of at least the 40-byte GRH (" +
+                std::to_string(wc.byte_len()) + " bytes)");
         ibv_ah_attr attr{};
         ibv_wc copy = wc.native();
         if (int rc =
@@ -151,52 +168,40 @@ public:
         peer_ud_.qkey = RDMA_UDP_QKEY;
     }
 
-    /// Starts the disconnect and, with its own channel, waits up to `timeout` for `disconnected`
-    /// (both sides see it). A second call, or a call after the peer disconnected, does nothing.
+    /// Starts the disconnect (rdma_disconnect(3): the QP to ERR, a DREQ to the peer) and, with its
+    /// own channel, waits up to `timeout` for the CM's `disconnected` (both sides see it). A
+    /// second call, or a call after the peer disconnected, does nothing.
     /// @throws sys_error when rdma_disconnect(3) fails; timeout_error when `disconnected` does not
-    ///         come in time.
+    ///         come in time (the connection is disconnected on our side all the same).
     void disconnect(std::chrono::milliseconds timeout = std::chrono::milliseconds{
                         10000}) requires(Transport::connected) {
-        if (state_ != connection_state::established) return;
-        id_.disconnect();
-        state_ = connection_state::disconnected;
-        if (channel_)
-            (void)detail::expect(*channel_, event_type::disconnected, timeout, "disconnecting from " + peer_name());
+        if (state() != connection_state::established) return;
+        if (int err = monitor_->disconnect(); err != 0) [[unlikely]]
+            rdmacxx::detail::throw_sys(err, "rdma_disconnect", "from " + peer_name());
+        if (monitor_->watching() && !monitor_->wait_ended(timeout, false)) [[unlikely]]
+            throw timeout_error("no disconnected event within " + std::to_string(timeout.count()) +
+                                " ms while disconnecting from " + peer_name());
     }
 
-    /// With its own channel: waits up to `timeout` for the peer to disconnect, then answers it
-    /// (rdma_disconnect(3)); true when it did, false when the timeout passed.
-    /// @throws cm_error for another event; sys_error when the channel fails.
+    /// Waits at most `timeout` for the connection to end: the peer disconnects (or dies), or
+    /// `disconnect` is called (by the monitor thread, or, for a connection on a shared channel,
+    /// by another thread's `handle`). Returns true when it ended — the QP is then in ERR and a
+    /// peer's disconnect has been answered — and false when the timeout passed: the timeout is
+    /// this distinct outcome, never an exception. Never blocks longer than `timeout`.
     [[nodiscard]] bool wait_disconnected(std::chrono::milliseconds timeout) requires(Transport::connected) {
-        if (state_ == connection_state::disconnected) return true;
-        try {
-            (void)detail::expect(*channel_, event_type::disconnected, timeout,
-                                 "waiting for " + peer_name() + " to disconnect");
-        } catch (timeout_error const&) {
-            return false;
-        }
-        peer_disconnected();
-        return true;
+        return state() == connection_state::disconnected || monitor_->wait_ended(timeout, true);
     }
 
     /// Updates the connection with `e`, an event for its id taken from a shared channel:
-    /// `established` and `disconnected` change the state (a peer's disconnect is answered with
-    /// rdma_disconnect(3)), `timewait_exit` is ignored.
-    /// @throws the matching `cm_error` for a failure event.
+    /// `established` marks it established; `disconnected` (and `device_removal`) end it as the
+    /// monitor of a connection with its own channel does: the QP to ERR (everything in flight
+    /// completes with IBV_WC_WR_FLUSH_ERR), the peer's disconnect answered; `timewait_exit` is
+    /// ignored. Safe to call while another thread waits in `wait_disconnected`.
+    /// @throws the matching `cm_error` for a failure event (after ending the connection for
+    ///         `device_removal`).
     void handle(event const& e) {
-        switch (e.type()) {
-        case event_type::established:
-            state_ = connection_state::established;
-            return;
-        case event_type::disconnected:
-            peer_disconnected();
-            return;
-        case event_type::timewait_exit:
-            return;
-        default:
-            e.throw_if_failed("on the connection with " + peer_name());
-            return;
-        }
+        if (e.type() == event_type::timewait_exit || (monitor_->apply(e.type()) && e.ok())) return;
+        e.throw_if_failed("on the connection with " + peer_name());
     }
 
     /// "198.18.0.1:7471" — the peer's address.
@@ -208,30 +213,30 @@ private:
     friend class connect_request;
 
     connection(std::unique_ptr<event_channel> channel, cm::id&& cm_id, int cq_entries)
-        : channel_(std::move(channel)), id_(std::move(cm_id)), pd_(std::make_unique<protection_domain>(id_.context())),
+        : channel_(std::move(channel)), id_(std::move(cm_id)),
+          monitor_(std::make_unique<detail::connection_monitor>(id_.native_handle())),
+          pd_(std::make_unique<protection_domain>(id_.context())),
           cq_(std::make_unique<completion_queue<Completion>>(id_.context(), cq_entries)) {}
-
-    // The peer disconnected: answer its DREQ at once (rdma_disconnect sends the DREP and moves the
-    // QP to ERR), as rdma_cm(7) has the passive side do; otherwise the peer waits for its DREQ
-    // to time out. EINVAL (we disconnected first) is fine.
-    void peer_disconnected() noexcept {
-        if constexpr (Transport::connected) {
-            if (state_ == connection_state::established) (void)::rdma_disconnect(id_.native_handle());
-        }
-        state_ = connection_state::disconnected;
-    }
 
     void create_qp(qp_capabilities const& caps) {
         qp_.emplace(id_.template create_qp<Transport, Completion>(*pd_, *cq_, *cq_, caps));
+        monitor_->set_qp(qp_->native_handle());
+    }
+
+    // Established: a connected connection with its own channel starts its monitor thread.
+    void established() {
+        monitor_->established();
+        if constexpr (Transport::connected)
+            if (channel_) monitor_->watch(*channel_);
     }
 
     std::unique_ptr<event_channel> channel_;
     cm::id id_;
+    std::unique_ptr<detail::connection_monitor> monitor_;
     std::unique_ptr<protection_domain> pd_;
     std::unique_ptr<completion_queue<Completion>> cq_;
     std::optional<queue_pair<Transport, Completion>> qp_;
     std::unique_ptr<address_handle> peer_ah_;
-    connection_state state_ = connection_state::connecting;
     std::vector<std::byte> peer_private_data_;
     connection_data peer_conn_{};
     ud_data peer_ud_{};
@@ -273,7 +278,7 @@ template <transport Transport, completion_strategy Completion>
         c.peer_ud_ = e.ud();
         c.peer_ah_ = std::make_unique<address_handle>(*c.pd_, c.peer_ud_.ah_attr);
     }
-    c.state_ = connection_state::established;
+    c.established();
     return c;
 }
 
@@ -326,7 +331,7 @@ public:
         if constexpr (Transport::connected) {
             (void)detail::expect(*c.channel_, event_type::established, opt.event_timeout, "accepting " + c.peer_name());
         }
-        c.state_ = connection_state::established;
+        c.established();
         return c;
     }
 
@@ -341,7 +346,7 @@ public:
         auto c = make<Transport, Completion>(nullptr, opt);
         before_accept(c);
         c.id_.accept(opt.params);
-        if constexpr (!Transport::connected) c.state_ = connection_state::established;
+        if constexpr (!Transport::connected) c.monitor_->established();
         return c;
     }
 
@@ -429,36 +434,35 @@ public:
     /// `opt.resolve_timeout`, makes the PD, CQ and UD QP, joins and waits up to
     /// `opt.event_timeout` for `multicast_join`.
     /// @throws address_error, route_not_found_error when resolving fails; multicast_error when the
-    ///         join fails; timeout_error; sys_error when a call fails.
+    ///         join fails; timeout_error; sys_error when a call fails. Exception-safe: whatever
+    ///         throws after the join, the group is left (which detaches the QP) and the QP, CQ
+    ///         and PD are released in reverse order before the exception leaves.
     multicast_group(address const& local, address const& group, connection_options const& opt = {})
         : group_(group), id_(channel_, port_space::udp) {
-        id_.resolve_address(group, opt.resolve_timeout, &local);
-        (void)detail::expect(channel_, event_type::addr_resolved, opt.resolve_timeout + std::chrono::milliseconds{1000},
-                             "resolving multicast group " + group.to_string());
-        pd_ = std::make_unique<protection_domain>(id_.context());
-        cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), opt.cq_entries);
-        qp_.emplace(id_.template create_qp<ud, Completion>(*pd_, *cq_, *cq_, opt.caps));
-        id_.join_multicast(group);
-        joined_ = true;
-        event e = detail::expect(channel_, event_type::multicast_join, opt.event_timeout,
-                                 "joining multicast group " + group.to_string());
-        ud_ = e.ud();
-        ah_ = std::make_unique<address_handle>(*pd_, ud_.ah_attr);
+        try {
+            id_.resolve_address(group, opt.resolve_timeout, &local);
+            (void)detail::expect(channel_, event_type::addr_resolved,
+                                 opt.resolve_timeout + std::chrono::milliseconds{1000},
+                                 "resolving multicast group " + group.to_string());
+            pd_ = std::make_unique<protection_domain>(id_.context());
+            cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), opt.cq_entries);
+            qp_.emplace(id_.template create_qp<ud, Completion>(*pd_, *cq_, *cq_, opt.caps));
+            id_.join_multicast(group);
+            joined_ = true;
+            event e = detail::expect(channel_, event_type::multicast_join, opt.event_timeout,
+                                     "joining multicast group " + group.to_string());
+            ud_ = e.ud();
+            ah_ = std::make_unique<address_handle>(*pd_, ud_.ah_attr);
+        } catch (...) {
+            release();
+            throw;
+        }
     }
 
     multicast_group(multicast_group const&) = delete;
     multicast_group& operator=(multicast_group const&) = delete;
 
-    ~multicast_group() {
-        ah_.reset();
-        if (joined_) (void)::rdma_leave_multicast(id_.native_handle(), group_.native());
-        if (qp_) {
-            id_.destroy_qp(*qp_);
-            qp_.reset();
-        }
-        cq_.reset();
-        pd_.reset();
-    }
+    ~multicast_group() { release(); }
 
     /// Leaves the group now (the QP stops receiving from it).
     /// @throws sys_error when rdma_leave_multicast(3) fails.
@@ -484,6 +488,20 @@ public:
     [[nodiscard]] ud_data const& join_data() const noexcept { return ud_; }
 
 private:
+    // Leaves the group (librdmacm detaches the QP from it; an attached QP cannot be destroyed),
+    // then releases the AH, QP, CQ and PD, newest first.
+    void release() noexcept {
+        ah_.reset();
+        if (joined_) (void)::rdma_leave_multicast(id_.native_handle(), group_.native());
+        joined_ = false;
+        if (qp_) {
+            id_.destroy_qp(*qp_);
+            qp_.reset();
+        }
+        cq_.reset();
+        pd_.reset();
+    }
+
     address group_;
     event_channel channel_;
     cm::id id_;

@@ -10,13 +10,17 @@
 #include <fcntl.h>
 #include <poll.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rdmacxx {
@@ -45,10 +49,15 @@ struct ud_data {
     std::uint32_t qkey = 0;   ///< the Q_Key to send with
 };
 
-/// One RDMA CM event, taken from an `event_channel`. Move-only; acknowledges itself
-/// (rdma_ack_cm_event(3)) when destroyed or when `ack()` is called, which frees its private
-/// data: copy what you need first. Destroying an id blocks until its events are acknowledged,
-/// so keep events short-lived.
+/// One RDMA CM event, taken from an `event_channel`. Move-only. The event is acknowledged
+/// (rdma_ack_cm_event(3)) the moment it is taken: this object keeps its own copy of everything
+/// the event carried (type, status, ids, connection or UD data, private data), so it stays valid
+/// for as long as it lives and never holds up its id. Destroying the id it names (or a
+/// `connection` owning it), migrating it or leaving a multicast group while still holding the
+/// event is therefore safe: rdma_destroy_id(3), rdma_migrate_id(3) and rdma_leave_multicast(3)
+/// block only while an event of theirs is unacknowledged, and none ever is. `id()` and
+/// `listen_id()` are the raw ids as they were: compare them, do not use them after destroying
+/// those ids.
 ///
 /// `private_data()` is the whole buffer the CM delivered: it may be longer than what the peer
 /// wrote, the rest zeroed (rdma_get_cm_event(3)).
@@ -56,35 +65,62 @@ struct ud_data {
 /// @see rdma_get_cm_event(3), rdma_ack_cm_event(3)
 class event {
 public:
-    /// Takes ownership of `e`, which this object acknowledges.
-    explicit event(rdma_cm_event* e) noexcept : handle_(e) {}
+    /// Copies `e` and acknowledges it (rdma_ack_cm_event(3)) at once: `e` is invalid afterwards.
+    explicit event(rdma_cm_event* e) noexcept
+        : copy_(*e), datagram_(e->id != nullptr && (e->id->ps == RDMA_PS_UDP || e->id->ps == RDMA_PS_IPOIB)),
+          full_(true) {
+        void const* const p = is_datagram() ? e->param.ud.private_data : e->param.conn.private_data;
+        std::uint8_t const n = is_datagram() ? e->param.ud.private_data_len : e->param.conn.private_data_len;
+        private_data_len_ = p == nullptr ? 0 : n;
+        if (private_data_len_ != 0) std::memcpy(private_data_.data(), p, private_data_len_);
+        rdmacxx::detail::cm_event_deleter{}(e);
+        point_at_own_copy();
+    }
+
+    /// Moves the copy; `other` is empty afterwards.
+    event(event&& other) noexcept
+        : copy_(other.copy_), private_data_(other.private_data_), private_data_len_(other.private_data_len_),
+          datagram_(other.datagram_), full_(std::exchange(other.full_, false)) {
+        point_at_own_copy();
+    }
+    /// Moves the copy; `other` is empty afterwards.
+    event& operator=(event&& other) noexcept {
+        if (this != &other) {
+            copy_ = other.copy_;
+            private_data_ = other.private_data_;
+            private_data_len_ = other.private_data_len_;
+            datagram_ = other.datagram_;
+            full_ = std::exchange(other.full_, false);
+            point_at_own_copy();
+        }
+        return *this;
+    }
+    event(event const&) = delete;
+    event& operator=(event const&) = delete;
+    ~event() = default;
 
     /// The event's type.
-    [[nodiscard]] event_type type() const noexcept { return static_cast<event_type>(handle_->event); }
+    [[nodiscard]] event_type type() const noexcept { return static_cast<event_type>(copy_.event); }
     /// The status: 0 on success, else `-errno` or a transport value (the reject reason of
     /// `rejected`).
-    [[nodiscard]] int status() const noexcept { return handle_->status; }
+    [[nodiscard]] int status() const noexcept { return copy_.status; }
     /// True when the type is not a failure and the status is 0.
     [[nodiscard]] bool ok() const noexcept { return !is_failure(type()) && status() == 0; }
     /// The id the event is for; for `connect_request` a new id for the new connection, which
     /// the receiver owns (wrap it in `cm::id`, or reject and destroy it).
-    [[nodiscard]] rdma_cm_id* id() const noexcept { return handle_->id; }
+    [[nodiscard]] rdma_cm_id* id() const noexcept { return copy_.id; }
     /// For `connect_request`: the listening id the request came to; otherwise null.
-    [[nodiscard]] rdma_cm_id* listen_id() const noexcept { return handle_->listen_id; }
-    /// True when the event's id is in a datagram port space (UDP, IPoIB), so `ud()` applies.
-    [[nodiscard]] bool is_datagram() const noexcept {
-        return handle_->id != nullptr && (handle_->id->ps == RDMA_PS_UDP || handle_->id->ps == RDMA_PS_IPOIB);
-    }
+    [[nodiscard]] rdma_cm_id* listen_id() const noexcept { return copy_.listen_id; }
+    /// True when the event's id was in a datagram port space (UDP, IPoIB) when the event was
+    /// taken, so `ud()` applies.
+    [[nodiscard]] bool is_datagram() const noexcept { return datagram_; }
 
-    /// The private data the peer sent, valid until the event is acknowledged; empty when none.
+    /// The private data the peer sent (at most 255 bytes), valid as long as this object; empty
+    /// when none.
     [[nodiscard]] std::span<std::byte const> private_data() const noexcept {
-        void const* p = is_datagram() ? handle_->param.ud.private_data : handle_->param.conn.private_data;
-        std::uint8_t const n =
-            is_datagram() ? handle_->param.ud.private_data_len : handle_->param.conn.private_data_len;
-        if (p == nullptr) return {};
-        return {static_cast<std::byte const*>(p), n};
+        return {private_data_.data(), private_data_len_};
     }
-    /// A copy of `private_data()`, which outlives the event.
+    /// A copy of `private_data()`.
     [[nodiscard]] std::vector<std::byte> private_data_copy() const {
         auto const s = private_data();
         return {s.begin(), s.end()};
@@ -92,13 +128,13 @@ public:
 
     /// The connection data (meaningful for connected-service `connect_request` and `established`).
     [[nodiscard]] connection_data conn() const noexcept {
-        auto const& c = handle_->param.conn;
+        auto const& c = copy_.param.conn;
         return {c.responder_resources, c.initiator_depth, c.flow_control, c.retry_count,
                 c.rnr_retry_count,     c.srq != 0,        c.qp_num};
     }
     /// The datagram data (meaningful for UD `established` and `multicast_join`).
     [[nodiscard]] ud_data ud() const noexcept {
-        auto const& u = handle_->param.ud;
+        auto const& u = copy_.param.ud;
         return {u.ah_attr, u.qp_num, u.qkey};
     }
 
@@ -117,15 +153,32 @@ public:
         return s;
     }
 
-    /// Acknowledges the event now; the object is empty afterwards.
-    void ack() noexcept { handle_.reset(); }
-    /// True until acknowledged.
-    [[nodiscard]] explicit operator bool() const noexcept { return handle_ != nullptr; }
-    /// The librdmacm event.
-    [[nodiscard]] rdma_cm_event* native_handle() const noexcept { return handle_.get(); }
+    /// Empties the object (the event itself was acknowledged when it was taken).
+    void ack() noexcept { full_ = false; }
+    /// True until `ack()` or a move from it.
+    [[nodiscard]] explicit operator bool() const noexcept { return full_; }
+    /// The copy of the librdmacm event, with its private-data pointer aimed at this object's
+    /// copy; valid as long as this object. Already acknowledged: never pass it to
+    /// rdma_ack_cm_event(3).
+    [[nodiscard]] rdma_cm_event const* native_handle() const noexcept { return &copy_; }
 
 private:
-    std::unique_ptr<rdma_cm_event, rdmacxx::detail::cm_event_deleter> handle_;
+    void point_at_own_copy() noexcept {
+        void const* const p = private_data_len_ != 0 ? private_data_.data() : nullptr;
+        if (is_datagram()) {
+            copy_.param.ud.private_data = p;
+            copy_.param.ud.private_data_len = private_data_len_;
+        } else {
+            copy_.param.conn.private_data = p;
+            copy_.param.conn.private_data_len = private_data_len_;
+        }
+    }
+
+    rdma_cm_event copy_{};
+    std::array<std::byte, 255> private_data_{};
+    std::uint8_t private_data_len_ = 0;
+    bool datagram_ = false;
+    bool full_ = false;
 };
 
 /// An RDMA CM event channel (`rdma_event_channel`): the file descriptor the events of its ids
@@ -133,7 +186,7 @@ private:
 ///
 /// The descriptor is non-blocking from creation, so it can go into epoll/poll at once; `get()`
 /// still blocks (it polls for readability), `try_get()` never does, and `get(timeout)` waits at
-/// most the timeout.
+/// most the timeout and returns empty when it passed.
 /// Thread-safety: librdmacm serialises the channel; two threads may take events, each gets
 /// different ones.
 /// @see rdma_create_event_channel(3), rdma_get_cm_event(3)
@@ -164,10 +217,26 @@ public:
         return event{e};
     }
 
-    /// The next event, waiting at most `timeout` (a negative timeout waits forever); empty when
-    /// none came in time.
+    /// The next event, waiting at most `timeout` (any `std::chrono` duration, rounded up to whole
+    /// milliseconds; zero or less: a single `try_get()`); empty when none came in time — the
+    /// timeout is this distinct outcome, never an exception. The bounded twin of `get()`.
     /// @throws sys_error when poll(2) or rdma_get_cm_event(3) fails.
-    [[nodiscard]] std::optional<event> get(std::chrono::milliseconds timeout) {
+    template <class Rep, class Period>
+    [[nodiscard]] std::optional<event> get(std::chrono::duration<Rep, Period> timeout) {
+        auto const ms = std::chrono::ceil<std::chrono::milliseconds>(timeout);
+        return wait(ms.count() <= 0 ? std::chrono::milliseconds{0} : ms);
+    }
+
+    /// The next event; blocks until one arrives (`get(timeout)` is its bounded twin).
+    /// @throws sys_error when poll(2) or rdma_get_cm_event(3) fails.
+    [[nodiscard]] event get() { return *wait(std::chrono::milliseconds{-1}); }
+
+    /// The librdmacm channel.
+    [[nodiscard]] rdma_event_channel* native_handle() const noexcept { return handle_.get(); }
+
+private:
+    // Waits at most `timeout` (negative: forever) for the next event.
+    std::optional<event> wait(std::chrono::milliseconds timeout) {
         auto const deadline = std::chrono::steady_clock::now() + timeout;
         for (;;) {
             if (auto e = try_get()) return e;
@@ -176,7 +245,7 @@ public:
                 auto const left =
                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
                 if (left.count() <= 0) return std::nullopt;
-                wait_ms = static_cast<int>(left.count()) + 1;
+                wait_ms = static_cast<int>(std::min<std::chrono::milliseconds::rep>(left.count(), 1 << 30)) + 1;
             }
             pollfd pfd{fd(), POLLIN, 0};
             if (::poll(&pfd, 1, wait_ms) < 0 && errno != EINTR) [[unlikely]]
@@ -184,14 +253,6 @@ public:
         }
     }
 
-    /// The next event; blocks until one arrives.
-    /// @throws sys_error when poll(2) or rdma_get_cm_event(3) fails.
-    [[nodiscard]] event get() { return *get(std::chrono::milliseconds{-1}); }
-
-    /// The librdmacm channel.
-    [[nodiscard]] rdma_event_channel* native_handle() const noexcept { return handle_.get(); }
-
-private:
     std::unique_ptr<rdma_event_channel, rdmacxx::detail::cm_channel_deleter> handle_;
 };
 

@@ -1,0 +1,180 @@
+#pragma once
+/// @file
+/// `cm::connection_state` and the monitor behind a `cm::connection`: what turns the CM's
+/// `disconnected` (a peer that left, or died and had its id destroyed by its kernel) into a
+/// queue pair in the ERR state, so that every WR in flight completes with
+/// `IBV_WC_WR_FLUSH_ERR` and every waiter on the CQ wakes.
+
+#include "rdmacxx/cm/event.hpp"
+#include "rdmacxx/cm/event_type.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace cm {
+
+/// Where a connection is in its life.
+enum class connection_state {
+    connecting,   ///< accepted on a shared channel, `established` not seen yet
+    established,  ///< data may flow
+    disconnected, ///< `disconnected` (or `device_removal`) seen, or `disconnect` called; the QP is in ERR
+};
+
+namespace detail {
+
+/// The shared state of one connection, on the heap so that a moved connection keeps it: its
+/// state, the QP to move to ERR when the peer goes, and (for a connection with its own event
+/// channel) a thread that takes the channel's events once the connection is established.
+/// Thread-safety: every member may be called from any thread.
+class connection_monitor {
+public:
+    /// Monitors the connection of `id`; its QP is named later (`set_qp`).
+    explicit connection_monitor(rdma_cm_id* id) noexcept : id_(id) {}
+    connection_monitor(connection_monitor const&) = delete;
+    connection_monitor& operator=(connection_monitor const&) = delete;
+    ~connection_monitor() { stop(); }
+
+    /// The QP to move to ERR when the connection ends (null: none).
+    void set_qp(ibv_qp* qp) noexcept {
+        std::lock_guard lock{mutex_};
+        qp_ = qp;
+    }
+
+    /// The state.
+    [[nodiscard]] connection_state state() const noexcept { return state_.load(std::memory_order_acquire); }
+
+    /// Marks the connection established.
+    void established() noexcept {
+        std::lock_guard lock{mutex_};
+        if (state_.load(std::memory_order_relaxed) == connection_state::connecting)
+            state_.store(connection_state::established, std::memory_order_release);
+    }
+
+    /// Starts a thread that takes the events of `channel` (the connection's own) and applies
+    /// them (`apply`) until `stop()`.
+    /// @throws sys_error when eventfd(2) fails; std::system_error when the thread cannot start.
+    void watch(event_channel& channel) {
+        stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (stop_fd_ < 0) [[unlikely]]
+            rdmacxx::detail::throw_errno("eventfd", "for the CM connection monitor");
+        try {
+            thread_ = std::thread{[this, &channel] { run(channel); }};
+        } catch (...) {
+            ::close(stop_fd_);
+            stop_fd_ = -1;
+            throw;
+        }
+    }
+
+    /// Stops the thread of `watch` (if any) and waits for it; no event is taken afterwards.
+    void stop() noexcept {
+        if (thread_.joinable()) {
+            std::uint64_t const one = 1;
+            (void)!::write(stop_fd_, &one, sizeof one);
+            thread_.join();
+        }
+        if (stop_fd_ >= 0) {
+            ::close(stop_fd_);
+            stop_fd_ = -1;
+        }
+    }
+
+    /// True when `watch` runs a thread.
+    [[nodiscard]] bool watching() const noexcept { return thread_.joinable(); }
+
+    /// Applies an event of the connection's id: `established` marks it established;
+    /// `disconnected` and `device_removal` end it (`ended`); anything else changes nothing.
+    /// Returns true when the event was one of these.
+    bool apply(event_type type) noexcept {
+        switch (type) {
+        case event_type::established:
+            established();
+            return true;
+        case event_type::disconnected:
+        case event_type::device_removal:
+            ended();
+            return true;
+        default:
+            return false;
+        }
+    }
+
+    /// The connection ended (the CM said so): moves the QP to ERR at once (ibv_modify_qp(3)),
+    /// so everything in flight completes with IBV_WC_WR_FLUSH_ERR; answers a peer's disconnect
+    /// (rdma_disconnect(3) sends the DREP, as rdma_cm(7) has it); wakes `wait_ended`.
+    void ended() noexcept {
+        std::lock_guard lock{mutex_};
+        if (qp_ != nullptr) {
+            ibv_qp_attr attr{};
+            attr.qp_state = IBV_QPS_ERR;
+            (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
+        }
+        if (state_.load(std::memory_order_relaxed) == connection_state::established)
+            (void)::rdma_disconnect(id_); // EINVAL when the CM already tore it down: fine
+        state_.store(connection_state::disconnected, std::memory_order_release);
+        event_seen_ = true;
+        changed_.notify_all();
+    }
+
+    /// Starts our side of the disconnect when established (rdma_disconnect(3): the QP to ERR, a
+    /// DREQ to the peer) and marks the connection disconnected. Returns 0, or the call's errno.
+    int disconnect() noexcept {
+        std::lock_guard lock{mutex_};
+        if (state_.load(std::memory_order_relaxed) != connection_state::established) return 0;
+        int const rc = ::rdma_disconnect(id_);
+        state_.store(connection_state::disconnected, std::memory_order_release);
+        changed_.notify_all();
+        return rc == 0 ? 0 : rdmacxx::detail::cm_errno(rc);
+    }
+
+    /// Waits at most `timeout` until the CM reported the end (`disconnected`) — or, with
+    /// `or_local`, also until our own `disconnect`. True when it came.
+    [[nodiscard]] bool wait_ended(std::chrono::milliseconds timeout, bool or_local) {
+        std::unique_lock lock{mutex_};
+        return changed_.wait_for(lock, timeout, [&] {
+            return event_seen_ ||
+                   (or_local && state_.load(std::memory_order_relaxed) == connection_state::disconnected);
+        });
+    }
+
+private:
+    void run(event_channel& channel) noexcept {
+        pollfd fds[2] = {{channel.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+        for (;;) {
+            if (::poll(fds, 2, -1) < 0) {
+                if (errno == EINTR) continue;
+                return;
+            }
+            if (fds[1].revents != 0) return;
+            try {
+                while (auto e = channel.try_get())
+                    (void)apply(e->type());
+            } catch (...) {
+                return; // the channel failed: nothing more will come on it
+            }
+        }
+    }
+
+    rdma_cm_id* id_;
+    ibv_qp* qp_ = nullptr;
+    std::atomic<connection_state> state_{connection_state::connecting};
+    bool event_seen_ = false;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    int stop_fd_ = -1;
+    std::thread thread_;
+};
+
+} // namespace detail
+} // namespace cm
+} // namespace v0
+} // namespace rdmacxx

@@ -1,0 +1,460 @@
+// Device tests of the RDMA connection manager's faults on a real device: a peer killed with
+// SIGKILL surfaces as flushed completions and a disconnect within a bound (measured); destroying
+// a connection while holding its event does not deadlock; every CM wait has a bounded twin; a
+// multicast group that fails after its join leaks nothing; reply_to refuses a short GRH.
+//
+// The peers that die, and the scenarios that could deadlock, run in a child process: this
+// binary re-executed (/proc/self/exe) with RDMACXX_CM_FAULT_CHILD set, which a static object
+// below catches before doctest starts. The parent bounds every wait and kills what overstays.
+#include "fixture.hpp"
+
+#include "rdmacxx/cm/connection.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rx = rdmacxx;
+namespace cm = rdmacxx::cm;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+std::string device_ip() {
+    char const* a = std::getenv("RDMACXX_ADDR");
+    if (a == nullptr || *a == '\0') throw std::runtime_error("RDMACXX_ADDR is not set: run under tools/softroce");
+    return a;
+}
+
+double ms_since(steady::time_point t0) { return std::chrono::duration<double, std::milli>(steady::now() - t0).count(); }
+
+// ---- the child side -------------------------------------------------------------------------
+
+void child_say(int fd, std::string const& line) {
+    std::string const l = line + "\n";
+    (void)!::write(fd, l.data(), l.size());
+}
+
+// A peer that connects to (or accepts from) the parent, says "up", posts no receive and waits
+// to be killed (at most two minutes).
+int child_peer(std::istringstream& args, int out) {
+    std::string role;
+    args >> role;
+    if (role == "connect") {
+        std::uint16_t port = 0;
+        args >> port;
+        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port));
+        child_say(out, "up");
+        std::this_thread::sleep_for(120s);
+        return 0;
+    }
+    cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+    child_say(out, "port " + std::to_string(server.port()));
+    auto conn = server.accept<rx::busy_poll>(30s);
+    child_say(out, "up");
+    std::this_thread::sleep_for(120s);
+    return 0;
+}
+
+// The natural event loop of a server on one shared channel, destroying each connection (and a
+// plain id) while still holding the event that ended it. Deadlocked in rdma_destroy_id before
+// events were acknowledged on arrival.
+int child_hold_event(int out) {
+    // A plain id destroyed while its addr_resolved event is held.
+    {
+        cm::event_channel ch;
+        std::optional<cm::event> held;
+        {
+            cm::id id{ch, cm::port_space::tcp};
+            id.resolve_address(cm::address::resolve(device_ip(), 1), 2000ms);
+            held = ch.get(10s);
+            if (!held || held->type() != cm::event_type::addr_resolved) return 3;
+        } // rdma_destroy_id with the event still held
+        if (held->id() == nullptr) return 4;
+        child_say(out, "id destroyed while its event was held");
+    }
+    cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+    auto const port = server.port();
+    std::thread client([port] {
+        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port));
+        conn.disconnect(20s);
+    });
+    std::map<rdma_cm_id*, std::unique_ptr<cm::connection<rx::rc, rx::busy_poll>>> conns;
+    bool destroyed = false;
+    auto const deadline = steady::now() + 30s;
+    while (!destroyed && steady::now() < deadline) {
+        pollfd pfd{server.channel().fd(), POLLIN, 0};
+        (void)::poll(&pfd, 1, 100);
+        while (auto e = server.channel().try_get()) {
+            if (e->type() == cm::event_type::connect_request) {
+                cm::connect_request req{*e};
+                rdma_cm_id* const key = req.cm_id().native_handle();
+                conns.emplace(key, std::make_unique<cm::connection<rx::rc, rx::busy_poll>>(
+                                       req.accept_shared<rx::rc, rx::busy_poll>()));
+                continue;
+            }
+            auto it = conns.find(e->id());
+            if (it == conns.end()) continue;
+            it->second->handle(*e);
+            if (it->second->state() == cm::connection_state::disconnected) {
+                conns.erase(it); // destroys the connection's id while `e` is held
+                destroyed = true;
+                child_say(out, "connection destroyed while its " + e->to_string() + " event was held");
+            }
+        }
+    }
+    client.join();
+    return destroyed ? 0 : 5;
+}
+
+int run_child(char const* spec, int out) {
+    try {
+        std::istringstream args{spec};
+        std::string what;
+        args >> what;
+        if (what == "peer") return child_peer(args, out);
+        if (what == "hold-event") return child_hold_event(out);
+        return 2;
+    } catch (std::exception const& e) {
+        std::cerr << "cm fault child: " << e.what() << '\n';
+        return 1;
+    }
+}
+
+struct child_entry {
+    child_entry() {
+        if (char const* spec = std::getenv("RDMACXX_CM_FAULT_CHILD")) {
+            char const* fd = std::getenv("RDMACXX_CM_FAULT_FD");
+            std::_Exit(run_child(spec, fd != nullptr ? std::atoi(fd) : 2));
+        }
+    }
+};
+child_entry const child_entry_instance;
+
+// ---- the parent side ------------------------------------------------------------------------
+
+// A child process running `spec`, whose lines arrive on a pipe; killed (SIGKILL) and reaped on
+// destruction if still there.
+class child_process {
+public:
+    explicit child_process(std::string const& spec) {
+        int fds[2];
+        REQUIRE(::pipe(fds) == 0);
+        // Everything the child needs is made before fork: only async-signal-safe calls after it.
+        std::vector<std::string> env_strings{"RDMACXX_CM_FAULT_CHILD=" + spec,
+                                             "RDMACXX_CM_FAULT_FD=" + std::to_string(fds[1])};
+        for (char** e = environ; *e != nullptr; ++e)
+            if (std::strncmp(*e, "RDMACXX_CM_FAULT_", 17) != 0) env_strings.emplace_back(*e);
+        std::vector<char*> envp;
+        for (auto& e : env_strings)
+            envp.push_back(e.data());
+        envp.push_back(nullptr);
+        char arg0[] = "device_tests";
+        char* argv[] = {arg0, nullptr};
+        pid_ = ::fork();
+        REQUIRE(pid_ >= 0);
+        if (pid_ == 0) {
+            ::close(fds[0]);
+            (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
+            ::execve("/proc/self/exe", argv, envp.data());
+            ::_exit(127);
+        }
+        ::close(fds[1]);
+        in_ = fds[0];
+    }
+    child_process(child_process const&) = delete;
+    child_process& operator=(child_process const&) = delete;
+    ~child_process() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            (void)::waitpid(pid_, nullptr, 0);
+        }
+        ::close(in_);
+    }
+
+    // The next line the child says, within `limit`; empty when none came.
+    std::string line(std::chrono::milliseconds limit) {
+        auto const deadline = steady::now() + limit;
+        for (;;) {
+            if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+                std::string l = buf_.substr(0, nl);
+                buf_.erase(0, nl + 1);
+                return l;
+            }
+            auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
+            if (left.count() <= 0) return {};
+            pollfd pfd{in_, POLLIN, 0};
+            if (::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+            char chunk[256];
+            ssize_t const n = ::read(in_, chunk, sizeof chunk);
+            if (n <= 0) return {};
+            buf_.append(chunk, static_cast<std::size_t>(n));
+        }
+    }
+
+    void kill() { REQUIRE(::kill(pid_, SIGKILL) == 0); }
+
+    // The exit status (as waitpid reports it) within `limit`; nullopt when the child still runs.
+    std::optional<int> wait(std::chrono::milliseconds limit) {
+        auto const deadline = steady::now() + limit;
+        for (;;) {
+            int status = 0;
+            pid_t const r = ::waitpid(pid_, &status, WNOHANG);
+            if (r == pid_) {
+                pid_ = -1;
+                return status;
+            }
+            if (steady::now() > deadline) return std::nullopt;
+            std::this_thread::sleep_for(10ms);
+        }
+    }
+
+private:
+    pid_t pid_ = -1;
+    int in_ = -1;
+    std::string buf_;
+};
+
+// Every completion of `cq` until `n` came or `deadline` passed: busy-polls, or for a CQ with a
+// completion channel arms it and sleeps on the channel's descriptor (100 ms at a time).
+template <class Completion>
+std::vector<rx::work_completion> collect(rx::completion_queue<Completion>& cq, std::size_t n,
+                                         steady::time_point deadline, std::optional<steady::time_point>& first) {
+    std::vector<rx::work_completion> got;
+    while (got.size() < n && steady::now() < deadline) {
+        rx::work_completion wc;
+        if (cq.poll(std::span{&wc, 1}) == 1) {
+            if (!first) first = steady::now();
+            got.push_back(wc);
+            continue;
+        }
+        if constexpr (Completion::uses_channel) {
+            cq.arm();
+            if (cq.poll(std::span{&wc, 1}) == 1) {
+                if (!first) first = steady::now();
+                got.push_back(wc);
+                continue;
+            }
+            pollfd pfd{cq.channel()->fd, POLLIN, 0};
+            if (::poll(&pfd, 1, 100) > 0) {
+                ibv_cq* ev_cq = nullptr;
+                void* ev_ctx = nullptr;
+                if (::ibv_get_cq_event(cq.channel(), &ev_cq, &ev_ctx) == 0) cq.note_event();
+            }
+        }
+    }
+    return got;
+}
+
+// Posts receives and a SEND (which the peer, with no receive posted, RNR-NAKs, so it stays
+// outstanding), kills the peer, and checks that everything completes in error and the
+// connection ends within `bound`; prints the times.
+template <class Connection>
+void survive_the_kill(Connection& conn, child_process& peer, char const* side) {
+    constexpr std::size_t receives = 4;
+    test::buffer buf(conn.pd(), 4096);
+    for (std::size_t i = 0; i < receives; ++i)
+        conn.qp().post_recv(rx::recv{buf.span().subspan(i * 512, 512)}.id(100 + i));
+    conn.qp().post(rx::send{buf.span().subspan(3072, 64)}.id(7));
+    std::this_thread::sleep_for(50ms); // the SEND is in its RNR back-off now
+    CHECK(conn.state() == cm::connection_state::established);
+
+    constexpr auto bound = 20s; // the DREQ of the dead peer's kernel comes at once; generous for TCG
+    auto const killed = steady::now();
+    peer.kill();
+    std::optional<steady::time_point> first;
+    auto const got = collect(conn.cq(), receives + 1, killed + bound, first);
+    double const all_ms = ms_since(killed);
+    bool const ended = conn.wait_disconnected(5000ms); // after the flush, the state is already set
+    double const ended_ms = ms_since(killed);
+
+    REQUIRE_MESSAGE(got.size() == receives + 1, "only " << got.size() << " of " << receives + 1
+                                                        << " WRs completed within " << bound.count()
+                                                        << " s of the peer's SIGKILL");
+    CHECK(ended);
+    CHECK(conn.state() == cm::connection_state::disconnected);
+    for (auto const& wc : got) {
+        CHECK_FALSE(wc.ok());
+        if (wc.wr_id() >= 100) {
+            CHECK(wc.status() == IBV_WC_WR_FLUSH_ERR);
+        } else {
+            CHECK(wc.wr_id() == 7);
+            // Flushed; RNR_RETRY_EXC_ERR only if finite RNR retries ran out before the kill.
+            CHECK((wc.status() == IBV_WC_WR_FLUSH_ERR || wc.status() == IBV_WC_RNR_RETRY_EXC_ERR));
+        }
+        // What a user sees through the throwing path: a wc_error naming the status.
+        rx::wc_error const err(wc.native(), !wc.is_recv());
+        CHECK(err.status() == wc.status());
+    }
+    MESSAGE(std::string{side} << ": kill -9 of the peer -> first flushed completion after "
+                              << std::chrono::duration<double, std::milli>(*first - killed).count() << " ms, all "
+                              << got.size() << " after " << all_ms << " ms, wait_disconnected() woke after " << ended_ms
+                              << " ms (bound " << bound.count() << " s)");
+}
+
+std::size_t mapping_count() {
+    std::ifstream in{"/proc/self/maps"};
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);)
+        ++n;
+    return n;
+}
+
+} // namespace
+
+TEST_SUITE("device") {
+    TEST_CASE_TEMPLATE("cm fault: a peer killed with SIGKILL flushes everything in flight and ends the connection", C,
+                       rx::busy_poll, rx::event_driven) {
+        SUBCASE("the survivor accepted") {
+            cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+            child_process peer{"peer connect " + std::to_string(server.port())};
+            auto conn = server.template accept<C>(30s);
+            REQUIRE(peer.line(30s) == "up");
+            survive_the_kill(conn, peer, "survivor accepted");
+            CHECK(peer.wait(10s).has_value());
+        }
+        SUBCASE("the survivor connected") {
+            child_process peer{"peer accept"};
+            auto const said = peer.line(30s);
+            REQUIRE(said.rfind("port ", 0) == 0);
+            auto const port = static_cast<std::uint16_t>(std::stoi(said.substr(5)));
+            auto conn = cm::connect<rx::rc, C>(cm::address::resolve(device_ip(), port));
+            REQUIRE(peer.line(30s) == "up");
+            survive_the_kill(conn, peer, "survivor connected");
+            CHECK(peer.wait(10s).has_value());
+        }
+    }
+
+    TEST_CASE("cm fault: destroying a connection or id while holding its event does not deadlock") {
+        child_process child{"hold-event"};
+        auto const status = child.wait(90s);
+        REQUIRE_MESSAGE(status.has_value(), "the child is stuck (rdma_destroy_id waiting for an unacknowledged event)");
+        CHECK(WIFEXITED(*status));
+        CHECK(WEXITSTATUS(*status) == 0);
+        CHECK(child.line(1s) == "id destroyed while its event was held");
+        CHECK(child.line(1s).rfind("connection destroyed while its disconnected event was held", 0) == 0);
+    }
+
+    TEST_CASE("cm fault: an event outlives its acknowledgement: data intact after its id is gone") {
+        cm::event_channel ch;
+        std::optional<cm::event> held;
+        {
+            cm::id id{ch, cm::port_space::tcp};
+            id.resolve_address(cm::address::resolve(device_ip(), 1), 2000ms);
+            held = ch.get(10s);
+        }
+        REQUIRE(held.has_value());
+        CHECK(held->type() == cm::event_type::addr_resolved);
+        CHECK(held->status() == 0);
+        CHECK(held->private_data().empty());
+        cm::event moved = std::move(*held);
+        CHECK(moved.native_handle()->event == RDMA_CM_EVENT_ADDR_RESOLVED);
+        CHECK(static_cast<bool>(moved));
+        moved.ack();
+        CHECK_FALSE(static_cast<bool>(moved));
+    }
+
+    TEST_CASE("cm fault: every CM wait has a bounded twin whose timeout is an outcome, not an exception") {
+        cm::event_channel ch;
+        auto t0 = steady::now();
+        CHECK_FALSE(ch.get(20ms).has_value());
+        CHECK_FALSE(ch.get(1500us).has_value()); // any std::chrono duration
+        CHECK_FALSE(ch.get(0s).has_value());
+        CHECK(ms_since(t0) < 5000.0); // the bound the timeouts imply, with room for TCG
+
+        // A connection on a shared channel: wait_disconnected is bounded and answers false while
+        // the peer stays; it used to dereference the missing own channel.
+        cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+        auto const port = server.port();
+        std::optional<cm::connection<rx::rc, rx::busy_poll>> client;
+        std::thread t(
+            [&] { client.emplace(cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port))); });
+        auto req = server.get_request(30s);
+        auto served = req.accept_shared<rx::rc, rx::busy_poll>();
+        auto const deadline = steady::now() + 30s;
+        while (served.state() != cm::connection_state::established && steady::now() < deadline)
+            if (auto e = server.channel().get(100ms)) served.handle(*e);
+        t.join();
+        REQUIRE(served.state() == cm::connection_state::established);
+        t0 = steady::now();
+        CHECK_FALSE(served.wait_disconnected(50ms));
+        CHECK_FALSE(client->wait_disconnected(50ms));
+        CHECK(ms_since(t0) < 5000.0);
+        // The client leaves; the shared loop (another thread) hands the event over, which answers
+        // the client's DREQ, and the waiter here wakes.
+        std::thread loop([&] {
+            auto const end = steady::now() + 20s;
+            while (served.state() != cm::connection_state::disconnected && steady::now() < end)
+                if (auto e = server.channel().get(100ms)) served.handle(*e);
+        });
+        client->disconnect(20s);
+        CHECK(served.wait_disconnected(20s));
+        loop.join();
+        CHECK(client->wait_disconnected(0ms));
+    }
+
+    TEST_CASE("cm fault: a multicast group whose constructor fails after the join leaks no QP, CQ or PD") {
+        // Every AH of the device taken, the group's own AH (made after the join) cannot be.
+        rx::context ctx = test::open_test_device();
+        rx::end_port port{ctx};
+        rx::protection_domain pd{ctx};
+        ibv_ah_attr attr{};
+        attr.is_global = 1;
+        attr.port_num = 1;
+        attr.grh.sgid_index = 1;
+        attr.grh.hop_limit = 1;
+        REQUIRE(::ibv_query_gid(ctx.native_handle(), 1, 1, &attr.grh.dgid) == 0);
+        auto const local = cm::address::resolve(device_ip(), 0);
+        auto const group = cm::address::resolve("239.1.2.9", 0);
+        { cm::multicast_group<rx::busy_poll> warm{local, group}; } // first-use mappings, made once
+        std::size_t const before = mapping_count();
+        std::vector<std::unique_ptr<rx::address_handle>> hogs;
+        try {
+            for (int i = 0; i < 100000; ++i)
+                hogs.push_back(std::make_unique<rx::address_handle>(pd, attr));
+        } catch (rx::sys_error const&) {}
+        MESSAGE("the device ran out of AHs after " << hogs.size());
+        REQUIRE(hogs.size() < 100000);
+        CHECK_THROWS_AS(cm::multicast_group<rx::busy_poll>(local, group), rx::sys_error);
+        hogs.clear();
+        CHECK(mapping_count() == before); // the QP and CQ of the failed group are unmapped
+        // And the group can be joined again at once (it was left).
+        cm::multicast_group<rx::busy_poll> again{local, group};
+        CHECK(again.qpn() == 0xffffffU);
+    }
+
+    TEST_CASE("cm fault: reply_to refuses a buffer or completion shorter than the 40-byte GRH") {
+        cm::listener<rx::ud> server{cm::address::resolve(device_ip(), 0)};
+        auto const port = server.port();
+        std::optional<cm::connection<rx::ud, rx::busy_poll>> client;
+        std::thread t(
+            [&] { client.emplace(cm::connect<rx::ud, rx::busy_poll>(cm::address::resolve(device_ip(), port))); });
+        auto conn = server.accept<rx::busy_poll>(30s);
+        t.join();
+        std::vector<std::byte> buf(39);
+        rx::work_completion const wc;
+        CHECK_THROWS_AS(conn.reply_to(wc, buf), rx::argument_error);
+        buf.resize(64);
+        CHECK_THROWS_AS(conn.reply_to(wc, buf), rx::argument_error); // not a receive of 40 bytes or more
+        CHECK(conn.peer_ah() == nullptr);
+    }
+}
