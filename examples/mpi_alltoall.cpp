@@ -15,9 +15,8 @@ namespace rx = rdmacxx;
 namespace {
 // The byte `k` of the block rank `from` writes to rank `to` in round `round`.
 std::byte pattern(int from, int to, unsigned round, std::size_t k) {
-    return static_cast<std::byte>((k * 131 + static_cast<std::size_t>(from) * 17 + static_cast<std::size_t>(to) * 5 +
-                                   round) &
-                                  0xff);
+    return static_cast<std::byte>(
+        (k * 131 + static_cast<std::size_t>(from) * 17 + static_cast<std::size_t>(to) * 5 + round) & 0xff);
 }
 
 int alltoall(int argc, char** argv) {
@@ -27,11 +26,21 @@ int alltoall(int argc, char** argv) {
     int ib_port = 1;
     for (int c; (c = ::getopt(argc, argv, "s:r:d:i:")) != -1;) {
         switch (c) {
-        case 's': block = std::stoul(optarg); break;
-        case 'r': rounds = static_cast<unsigned>(std::stoul(optarg)); break;
-        case 'd': device = optarg; break;
-        case 'i': ib_port = std::stoi(optarg); break;
-        default: std::fprintf(stderr, "usage: mpi_alltoall [-s BLOCK_BYTES] [-r ROUNDS] [-d DEVICE] [-i PORT]\n"); return 2;
+        case 's':
+            block = std::stoul(optarg);
+            break;
+        case 'r':
+            rounds = static_cast<unsigned>(std::stoul(optarg));
+            break;
+        case 'd':
+            device = optarg;
+            break;
+        case 'i':
+            ib_port = std::stoi(optarg);
+            break;
+        default:
+            std::fprintf(stderr, "usage: mpi_alltoall [-s BLOCK_BYTES] [-r ROUNDS] [-d DEVICE] [-i PORT]\n");
+            return 2;
         }
     }
     rx::mpi_bootstrap boot;
@@ -55,7 +64,8 @@ int alltoall(int argc, char** argv) {
             if (r == me) continue;
             group.qp(r).post_recv(rx::recv{in_mr.span().first(0)}.id(1));
             auto const out = out_mr.span().subspan(static_cast<std::size_t>(r) * block, block);
-            for (std::size_t k = 0; k < block; ++k) out[k] = pattern(me, r, round, k);
+            for (std::size_t k = 0; k < block; ++k)
+                out[k] = pattern(me, r, round, k);
         }
         boot.barrier(); // every receive is up before anyone writes
         for (int r = 0; r < n; ++r) {
@@ -76,7 +86,8 @@ int alltoall(int argc, char** argv) {
             std::byte const* slot = inbox.data() + static_cast<std::size_t>(from) * block;
             for (std::size_t k = 0; k < block; ++k)
                 if (slot[k] != pattern(from, me, round, k)) {
-                    std::fprintf(stderr, "rank %d round %u: block from rank %d differs at byte %zu\n", me, round, from, k);
+                    std::fprintf(stderr, "rank %d round %u: block from rank %d differs at byte %zu\n", me, round, from,
+                                 k);
                     ++bad_blocks;
                     break;
                 }
@@ -88,15 +99,16 @@ int alltoall(int argc, char** argv) {
     MPI_Reduce(&bad_blocks, &total_bad, 1, MPI_UNSIGNED, MPI_SUM, 0, MPI_COMM_WORLD);
     char host[256] = {};
     (void)::gethostname(host, sizeof host - 1);
-    std::printf("rank %d on %s: %u blocks of %zu bytes received, %u bad\n", me, host, rounds * static_cast<unsigned>(n - 1),
-                block, bad_blocks);
+    std::printf("rank %d on %s: %u blocks of %zu bytes received, %u bad\n", me, host,
+                rounds * static_cast<unsigned>(n - 1), block, bad_blocks);
     std::fflush(stdout);
     boot.barrier();
     if (me == 0) {
         auto const blocks = static_cast<double>(rounds) * n * (n - 1);
-        std::printf("mpi_alltoall: %d ranks, %u rounds, %.0f blocks of %zu bytes, %.0f bytes moved in %.3f s (%.2f MB/s)\n",
-                    n, rounds, blocks, block, blocks * static_cast<double>(block), seconds,
-                    blocks * static_cast<double>(block) / seconds / 1e6);
+        std::printf(
+            "mpi_alltoall: %d ranks, %u rounds, %.0f blocks of %zu bytes, %.0f bytes moved in %.3f s (%.2f MB/s)\n", n,
+            rounds, blocks, block, blocks * static_cast<double>(block), seconds,
+            blocks * static_cast<double>(block) / seconds / 1e6);
         std::printf("verified: %.0f of %.0f blocks matched byte for byte\n", blocks - total_bad, blocks);
     }
     return total_bad == 0 ? 0 : 1;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rdmacxx/bootstrap/mpi.hpp>
+#include <rdmacxx/bootstrap/peer_group.hpp>
 #include <rdmacxx/rdmacxx.hpp>
 
 #include <mpi.h>

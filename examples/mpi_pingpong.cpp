@@ -43,11 +43,13 @@ int pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, un
     for (unsigned i = 0; i < iterations; ++i) {
         auto const pattern = [i](std::size_t k) { return static_cast<std::byte>((k * 7 + i) & 0xff); };
         if (me == 0) {
-            for (std::size_t k = 0; k < size; ++k) send_buf[k] = pattern(k);
+            for (std::size_t k = 0; k < size; ++k)
+                send_buf[k] = pattern(k);
             auto const t0 = std::chrono::steady_clock::now();
             qp.post(rx::send{send_buf}.id(2));
             unsigned seen = 0; // the send's completion and the echo's, in either order
-            while (seen != 3) seen |= mpi_example::next_completion(cq).wr_id() == 1 ? 1U : 2U;
+            while (seen != 3)
+                seen |= mpi_example::next_completion(cq).wr_id() == 1 ? 1U : 2U;
             rtt_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
             for (std::size_t k = 0; k < size; ++k)
                 if (recv_buf[k] != pattern(k)) {
@@ -56,13 +58,11 @@ int pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, un
                 }
             qp.post_recv(rx::recv{recv_buf}.id(1));
         } else {
-            while (mpi_example::next_completion(cq).wr_id() != 1) {
-            }
+            while (mpi_example::next_completion(cq).wr_id() != 1) {}
             std::copy(recv_buf.begin(), recv_buf.end(), send_buf.begin());
             qp.post_recv(rx::recv{recv_buf}.id(1));
             qp.post(rx::send{send_buf}.id(2));
-            while (mpi_example::next_completion(cq).wr_id() != 2) {
-            }
+            while (mpi_example::next_completion(cq).wr_id() != 2) {}
         }
     }
     double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -70,7 +70,8 @@ int pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, un
     if (me == 0) {
         std::sort(rtt_us.begin(), rtt_us.end());
         auto pct = [&](double p) {
-            return rtt_us[std::min(rtt_us.size() - 1, static_cast<std::size_t>(p * static_cast<double>(rtt_us.size())))];
+            return rtt_us[std::min(rtt_us.size() - 1,
+                                   static_cast<std::size_t>(p * static_cast<double>(rtt_us.size())))];
         };
         double const bytes = 2.0 * static_cast<double>(size) * iterations;
         char host[256] = {};
@@ -94,11 +95,21 @@ int run(int argc, char** argv) {
     bool events = false;
     for (int c; (c = ::getopt(argc, argv, "n:s:d:i:e")) != -1;) {
         switch (c) {
-        case 'n': iterations = static_cast<unsigned>(std::stoul(optarg)); break;
-        case 's': size = std::stoul(optarg); break;
-        case 'd': device = optarg; break;
-        case 'i': ib_port = std::stoi(optarg); break;
-        case 'e': events = true; break;
+        case 'n':
+            iterations = static_cast<unsigned>(std::stoul(optarg));
+            break;
+        case 's':
+            size = std::stoul(optarg);
+            break;
+        case 'd':
+            device = optarg;
+            break;
+        case 'i':
+            ib_port = std::stoi(optarg);
+            break;
+        case 'e':
+            events = true;
+            break;
         default:
             std::fprintf(stderr, "usage: mpi_pingpong [-n ITERATIONS] [-s BYTES] [-d DEVICE] [-i PORT] [-e]\n");
             return 2;

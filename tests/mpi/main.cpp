@@ -4,9 +4,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#define OMPI_SKIP_MPICXX 1 // the C API only
 #include <mpi.h>
 
-#include <fstream>
+#include <cstdio>
 
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);

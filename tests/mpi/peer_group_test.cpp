@@ -28,15 +28,16 @@ rx::work_completion next(rx::completion_queue<Completion>& cq) {
 }
 
 std::byte pattern(int from, int to, std::size_t k) {
-    return static_cast<std::byte>((k * 29 + static_cast<std::size_t>(from) * 11 + static_cast<std::size_t>(to) * 3) & 0xff);
+    return static_cast<std::byte>((k * 29 + static_cast<std::size_t>(from) * 11 + static_cast<std::size_t>(to) * 3) &
+                                  0xff);
 }
 
 // One rank's resources: a device, a PD, a CQ and a buffer with one slot per rank.
 template <class Completion>
 struct rank_resources {
     explicit rank_resources(int ranks, std::size_t slot_bytes)
-        : ctx(test::open_test_device()), port(ctx), pd(ctx), cq(ctx, 1024),
-          slot(slot_bytes), inbox(pd, slot_bytes * static_cast<std::size_t>(ranks)),
+        : ctx(test::open_test_device()), port(ctx), pd(ctx), cq(ctx, 1024), slot(slot_bytes),
+          inbox(pd, slot_bytes * static_cast<std::size_t>(ranks)),
           outbox(pd, slot_bytes * static_cast<std::size_t>(ranks)) {}
     rx::context ctx;
     rx::end_port port;
@@ -45,7 +46,9 @@ struct rank_resources {
     std::size_t slot;
     test::buffer inbox, outbox;
     rx::local_span<std::byte> in(int r) const { return inbox.span().subspan(static_cast<std::size_t>(r) * slot, slot); }
-    rx::local_span<std::byte> out(int r) const { return outbox.span().subspan(static_cast<std::size_t>(r) * slot, slot); }
+    rx::local_span<std::byte> out(int r) const {
+        return outbox.span().subspan(static_cast<std::size_t>(r) * slot, slot);
+    }
 };
 } // namespace
 
@@ -95,7 +98,7 @@ TEST_CASE_TEMPLATE("peer_group: sends of several path MTUs between every pair of
         CHECK(wc.byte_len() == bytes);
         std::size_t bad = 0;
         for (std::size_t k = 0; k < bytes; ++k)
-            bad += res.in(from)[k] != pattern(from, me, k) ? 1 : 0;
+            bad += res.in(from)[k] != pattern(from, me, k) ? 1U : 0U;
         CHECK_MESSAGE(bad == 0, "from rank " << from);
     }
     CHECK(received == n - 1);
@@ -123,7 +126,7 @@ TEST_CASE("peer_group: RDMA write, read and atomics through every rank's exposed
         CHECK(next(res.cq).wr_id() == 2);
         std::size_t bad = 0;
         for (std::size_t k = 0; k < bytes; ++k)
-            bad += res.out(r)[k] != pattern(me, r, k) ? 1 : 0;
+            bad += res.out(r)[k] != pattern(me, r, k) ? 1U : 0U;
         CHECK_MESSAGE(bad == 0, "read back from rank " << r);
     }
     boot.barrier();
@@ -131,7 +134,7 @@ TEST_CASE("peer_group: RDMA write, read and atomics through every rank's exposed
         if (from == me) continue;
         std::size_t bad = 0;
         for (std::size_t k = 0; k < bytes; ++k)
-            bad += res.in(from)[k] != pattern(from, me, k) ? 1 : 0;
+            bad += res.in(from)[k] != pattern(from, me, k) ? 1U : 0U;
         CHECK_MESSAGE(bad == 0, "written by rank " << from);
     }
     boot.barrier();
@@ -171,8 +174,8 @@ TEST_CASE("peer_group with UD: one UD QP per rank and an address handle per peer
         auto const msg = res.out(r).first(bytes);
         for (std::size_t k = 0; k < bytes; ++k)
             msg[k] = pattern(me, r, k);
-        group.ud_qp().post(rx::send_imm{msg, static_cast<std::uint32_t>(me)}.id(1000).to(group.ah(r), group.ud_qpn(r),
-                                                                                           group.qkey()));
+        group.ud_qp().post(
+            rx::send_imm{msg, static_cast<std::uint32_t>(me)}.id(1000).to(group.ah(r), group.ud_qpn(r), group.qkey()));
     }
     int received = 0;
     for (int done = 0; done < 2 * (n - 1); ++done) {
@@ -185,7 +188,7 @@ TEST_CASE("peer_group with UD: one UD QP per rank and an address handle per peer
         auto const payload = rx::ud_payload(res.in(static_cast<int>(wc.wr_id())).span(), wc);
         std::size_t bad = 0;
         for (std::size_t k = 0; k < bytes; ++k)
-            bad += payload[k] != pattern(from, me, k) ? 1 : 0;
+            bad += payload[k] != pattern(from, me, k) ? 1U : 0U;
         CHECK_MESSAGE(bad == 0, "UD from rank " << from);
     }
     CHECK(received == n - 1);

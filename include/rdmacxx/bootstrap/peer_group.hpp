@@ -142,14 +142,13 @@ public:
             std::byte const* theirs = all.data() + r * blob;
             auto const header = detail::peer_group_header::read(theirs, static_cast<int>(r));
             if (header.size != n || header.flags != (opt.with_ud ? 1U : 0U)) [[unlikely]]
-                detail::throw_argument("peer_group: rank " + std::to_string(r) + " built its group for " +
-                                       std::to_string(header.size) + " ranks" +
-                                       (header.flags != 0 ? " with UD" : " without UD") + ", rank " +
-                                       std::to_string(rank_) + " for " + std::to_string(n) +
-                                       (opt.with_ud ? " with UD" : " without UD"));
+                detail::throw_argument(
+                    "peer_group: rank " + std::to_string(r) + " built its group for " + std::to_string(header.size) +
+                    " ranks" + (header.flags != 0 ? " with UD" : " without UD") + ", rank " + std::to_string(rank_) +
+                    " for " + std::to_string(n) + (opt.with_ud ? " with UD" : " without UD"));
             std::byte const* slots = theirs + detail::peer_group_header::bytes;
-            remotes_[r] = remote_span<std::byte>::from_bytes(
-                std::span<std::byte const>{slots + n * endpoint_bytes, span_bytes});
+            remotes_[r] =
+                remote_span<std::byte>::from_bytes(std::span<std::byte const>{slots + n * endpoint_bytes, span_bytes});
             if (r == static_cast<std::size_t>(rank_)) continue;
             endpoint const mine_at_theirs = endpoint::from_bytes(
                 std::span<std::byte const>{slots + static_cast<std::size_t>(rank_) * endpoint_bytes, endpoint_bytes});
