@@ -7,6 +7,8 @@
 #include "rdmacxx/access.hpp"
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/async.hpp"
+#include "rdmacxx/bootstrap/bootstrap.hpp"
+#include "rdmacxx/bootstrap/peer_group.hpp"
 #include "rdmacxx/checked.hpp"
 #include "rdmacxx/cm/address.hpp"
 #include "rdmacxx/cm/connection.hpp"

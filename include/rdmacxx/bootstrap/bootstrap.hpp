@@ -1,0 +1,64 @@
+#pragma once
+/// @file
+/// The bootstrap concept: the out-of-band exchange a group of processes needs before its QPs
+/// can talk (rank, size, an allgather of equal-size byte blobs, a barrier), shaped like UCC's
+/// out-of-band allgather (`ucc_oob_coll`). Engines adapt to it in their own headers
+/// (`rdmacxx/bootstrap/mpi.hpp` over an `MPI_Comm`); this header names no engine.
+
+#include "rdmacxx/error.hpp"
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+/// What a bootstrap engine must offer: `rank()` in [0, size()), `size()` ≥ 1, and two
+/// collectives that every rank calls in the same order:
+/// - `allgather(in, out)`: each rank contributes `in` (the same number of bytes on every rank);
+///   `out` (exactly `in.size() * size()` bytes) receives rank r's bytes at offset
+///   `r * in.size()`;
+/// - `barrier()`: returns on a rank once every rank has called it.
+/// Both block until done and throw an `rdmacxx::error` (a `bootstrap_error` for the adapters
+/// rdmacxx ships) on failure.
+template <class B>
+concept bootstrap = requires(B& b, B const& cb, std::span<std::byte const> in, std::span<std::byte> out) {
+    { cb.rank() } -> std::convertible_to<int>;
+    { cb.size() } -> std::convertible_to<int>;
+    b.allgather(in, out);
+    b.barrier();
+};
+
+/// A bootstrap engine's call that failed: names the call (e.g. "MPI_Allgather") and carries the
+/// engine's own error text and code. Its `code()` is `std::errc::io_error`: the engine's codes
+/// are not errno values.
+class bootstrap_error : public error {
+public:
+    /// @param call         the engine function that failed, e.g. "MPI_Allgather"
+    /// @param engine_code  the engine's own error code (an MPI error class for MPI)
+    /// @param engine_text  the engine's description of it
+    bootstrap_error(std::string call, int engine_code, std::string const& engine_text)
+        : error(std::make_error_code(std::errc::io_error), call + " failed: " + engine_text), call_(std::move(call)),
+          engine_code_(engine_code) {}
+
+    /// The engine function that failed.
+    [[nodiscard]] std::string const& call() const noexcept { return call_; }
+    /// The engine's own error code.
+    [[nodiscard]] int engine_code() const noexcept { return engine_code_; }
+
+protected:
+    void dump_attributes(std::ostream& os, std::string const& lead) const override {
+        os << lead << "call: " << call_ << '\n' << lead << "engine code: " << engine_code_ << '\n';
+    }
+
+private:
+    std::string call_;
+    int engine_code_;
+};
+
+} // namespace v0
+} // namespace rdmacxx

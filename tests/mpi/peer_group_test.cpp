@@ -1,0 +1,196 @@
+// The MPI bootstrap and the peer group, run by mpirun with 2 or more ranks (on one node or
+// across nodes): every rank connected to every other, every byte checked.
+#include "rdmacxx/bootstrap/mpi.hpp"
+#include "rdmacxx/bootstrap/peer_group.hpp"
+
+#include "../device/fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace {
+namespace rx = rdmacxx;
+
+// The next completion of `cq` within 30 s (a peer that died must fail the test, not hang it).
+template <class Completion>
+rx::work_completion next(rx::completion_queue<Completion>& cq) {
+    auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+    for (;;) {
+        for (rx::work_completion const& wc : cq.template poll<1>()) {
+            wc.throw_if_error();
+            return wc;
+        }
+        if (std::chrono::steady_clock::now() > deadline) FAIL("no completion within 30 s");
+    }
+}
+
+std::byte pattern(int from, int to, std::size_t k) {
+    return static_cast<std::byte>((k * 29 + static_cast<std::size_t>(from) * 11 + static_cast<std::size_t>(to) * 3) &
+                                  0xff);
+}
+
+// One rank's resources: a device, a PD, a CQ and a buffer with one slot per rank.
+template <class Completion>
+struct rank_resources {
+    explicit rank_resources(int ranks, std::size_t slot_bytes)
+        : ctx(test::open_test_device()), port(ctx), pd(ctx), cq(ctx, 1024), slot(slot_bytes),
+          inbox(pd, slot_bytes * static_cast<std::size_t>(ranks)),
+          outbox(pd, slot_bytes * static_cast<std::size_t>(ranks)) {}
+    rx::context ctx;
+    rx::end_port port;
+    rx::protection_domain pd;
+    rx::completion_queue<Completion> cq;
+    std::size_t slot;
+    test::buffer inbox, outbox;
+    rx::local_span<std::byte> in(int r) const { return inbox.span().subspan(static_cast<std::size_t>(r) * slot, slot); }
+    rx::local_span<std::byte> out(int r) const {
+        return outbox.span().subspan(static_cast<std::size_t>(r) * slot, slot);
+    }
+};
+} // namespace
+
+TEST_CASE("mpi_bootstrap: rank, size, allgather in rank order, barrier") {
+    rx::mpi_bootstrap boot;
+    REQUIRE(boot.size() >= 2);
+    REQUIRE(boot.rank() >= 0);
+    REQUIRE(boot.rank() < boot.size());
+    std::array<std::byte, 3> mine{std::byte{0xab}, static_cast<std::byte>(boot.rank()), std::byte{0xcd}};
+    std::vector<std::byte> all(3 * static_cast<std::size_t>(boot.size()));
+    boot.allgather(mine, all);
+    for (int r = 0; r < boot.size(); ++r) {
+        CHECK(all[3 * static_cast<std::size_t>(r)] == std::byte{0xab});
+        CHECK(all[3 * static_cast<std::size_t>(r) + 1] == static_cast<std::byte>(r));
+    }
+    std::vector<std::byte> wrong(all.size() - 1);
+    CHECK_THROWS_AS(boot.allgather(mine, wrong), rx::argument_error); // refused before MPI sees it
+    boot.barrier();
+}
+
+TEST_CASE_TEMPLATE("peer_group: sends of several path MTUs between every pair of ranks", Completion, rx::busy_poll,
+                   rx::event_driven) {
+    rx::mpi_bootstrap boot;
+    int const n = boot.size(), me = boot.rank();
+    std::size_t const bytes = 5000; // several path MTUs (1024 on rxe over a 1500-byte netdev)
+    rank_resources<Completion> res(n, bytes);
+    rx::peer_group<Completion> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote()};
+    REQUIRE(group.rank() == me);
+    REQUIRE(group.size() == n);
+    CHECK_THROWS_AS((void)group.qp(me), rx::argument_error);
+    CHECK_THROWS_AS((void)group.qp(n), rx::argument_error);
+    for (int r = 0; r < n; ++r)
+        if (r != me) group.qp(r).post_recv(rx::recv{res.in(r)}.id(static_cast<std::uint64_t>(r)));
+    boot.barrier();
+    for (int r = 0; r < n; ++r) {
+        if (r == me) continue;
+        for (std::size_t k = 0; k < bytes; ++k)
+            res.out(r)[k] = pattern(me, r, k);
+        group.qp(r).post(rx::send{res.out(r)}.id(1000));
+    }
+    int received = 0;
+    for (int done = 0; done < 2 * (n - 1); ++done) {
+        rx::work_completion const wc = next(res.cq);
+        if (wc.wr_id() == 1000) continue;
+        ++received;
+        int const from = static_cast<int>(wc.wr_id());
+        CHECK(wc.byte_len() == bytes);
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < bytes; ++k)
+            bad += res.in(from)[k] != pattern(from, me, k) ? 1U : 0U;
+        CHECK_MESSAGE(bad == 0, "from rank " << from);
+    }
+    CHECK(received == n - 1);
+    boot.barrier();
+}
+
+TEST_CASE("peer_group: RDMA write, read and atomics through every rank's exposed span") {
+    rx::mpi_bootstrap boot;
+    int const n = boot.size(), me = boot.rank();
+    std::size_t const bytes = 4096;
+    rank_resources<rx::busy_poll> res(n, bytes);
+    rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote()};
+    REQUIRE(group.remote(me).address() == res.inbox.mr.remote().address());
+    // Every rank writes its slot at every other rank, then reads it back.
+    for (int r = 0; r < n; ++r) {
+        if (r == me) continue;
+        CHECK(group.remote(r).size_bytes() == bytes * static_cast<std::size_t>(n));
+        for (std::size_t k = 0; k < bytes; ++k)
+            res.out(r)[k] = pattern(me, r, k);
+        auto const target = group.remote(r).subspan(static_cast<std::size_t>(me) * bytes, bytes);
+        group.qp(r).post(rx::write{res.out(r), target}.id(1));
+        CHECK(next(res.cq).wr_id() == 1);
+        std::memset(res.out(r).data(), 0, bytes);
+        group.qp(r).post(rx::read{res.out(r), target}.id(2));
+        CHECK(next(res.cq).wr_id() == 2);
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < bytes; ++k)
+            bad += res.out(r)[k] != pattern(me, r, k) ? 1U : 0U;
+        CHECK_MESSAGE(bad == 0, "read back from rank " << r);
+    }
+    boot.barrier();
+    for (int from = 0; from < n; ++from) {
+        if (from == me) continue;
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < bytes; ++k)
+            bad += res.in(from)[k] != pattern(from, me, k) ? 1U : 0U;
+        CHECK_MESSAGE(bad == 0, "written by rank " << from);
+    }
+    boot.barrier();
+    // Every rank but 0 adds rank + 1 to a counter in rank 0's first slot: 0 sees the sum.
+    auto const counter = res.in(0).first(8);
+    std::memset(res.inbox.span().data(), 0, 8);
+    boot.barrier();
+    if (me != 0) {
+        auto const result = res.outbox.mr.template span<std::uint64_t>(0, 1);
+        auto const target = rx::remote_span<std::uint64_t>{group.remote(0).address(), 1, group.remote(0).rkey()};
+        group.qp(0).post(rx::fetch_add{result, target, static_cast<std::uint64_t>(me + 1)}.id(3));
+        CHECK(next(res.cq).wr_id() == 3);
+    }
+    boot.barrier();
+    if (me == 0) {
+        std::uint64_t sum = 0;
+        std::memcpy(&sum, counter.data(), 8);
+        CHECK(sum == static_cast<std::uint64_t>(n * (n + 1) / 2 - 1));
+    }
+    boot.barrier();
+}
+
+TEST_CASE("peer_group with UD: one UD QP per rank and an address handle per peer") {
+    rx::mpi_bootstrap boot;
+    int const n = boot.size(), me = boot.rank();
+    std::size_t const bytes = 512;
+    rank_resources<rx::busy_poll> res(n, bytes + 40);
+    rx::peer_group_options opt;
+    opt.with_ud = true;
+    rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, {}, opt};
+    REQUIRE(group.has_ud());
+    for (int r = 0; r < n; ++r)
+        if (r != me) group.ud_qp().post_recv(rx::recv{res.in(r)}.id(static_cast<std::uint64_t>(r)));
+    boot.barrier();
+    for (int r = 0; r < n; ++r) {
+        if (r == me) continue;
+        auto const msg = res.out(r).first(bytes);
+        for (std::size_t k = 0; k < bytes; ++k)
+            msg[k] = pattern(me, r, k);
+        group.ud_qp().post(
+            rx::send_imm{msg, static_cast<std::uint32_t>(me)}.id(1000).to(group.ah(r), group.ud_qpn(r), group.qkey()));
+    }
+    int received = 0;
+    for (int done = 0; done < 2 * (n - 1); ++done) {
+        rx::work_completion const wc = next(res.cq);
+        if (wc.wr_id() == 1000) continue;
+        ++received;
+        REQUIRE(wc.has_imm());
+        int const from = static_cast<int>(wc.imm_data());
+        REQUIRE(wc.byte_len() == bytes + 40);
+        auto const payload = rx::ud_payload(res.in(static_cast<int>(wc.wr_id())).span(), wc);
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < bytes; ++k)
+            bad += payload[k] != pattern(from, me, k) ? 1U : 0U;
+        CHECK_MESSAGE(bad == 0, "UD from rank " << from);
+    }
+    CHECK(received == n - 1);
+    boot.barrier();
+}
