@@ -31,7 +31,10 @@ inline namespace v0 {
 /// How a `peer_group` builds its QPs.
 struct peer_group_options {
     qp_capabilities caps{};    ///< queue sizes of every RC QP (and of the UD QP)
-    connect_options connect{}; ///< RC connection attributes, and the Q_Key of the UD QP
+    /// RC connection attributes, and the Q_Key of the UD QP. Remote access is granted only as
+    /// asked: set `connect.remote_access` (e.g. `access::remote_write`) for peers to write,
+    /// read or run atomics on the spans the ranks expose.
+    connect_options connect{};
     bool with_ud = false;      ///< also one UD QP per rank and an address handle per peer
 };
 
