@@ -102,6 +102,7 @@ struct rig {
 private:
     rig() : ctx(open_device()), port(ctx), pd(ctx), a(ctx, pd), b(ctx, pd) {
         rx::connect_options o;
+        o.remote_access = rx::all_remote;
         o.max_rd_atomic = 16;
         o.max_dest_rd_atomic = 16;
         a.qp.connect(port, b.qp.local_endpoint(port), o);

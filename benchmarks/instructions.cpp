@@ -131,6 +131,7 @@ struct rig {
     }
     static rx::connect_options options() {
         rx::connect_options o;
+        o.remote_access = rx::all_remote;
         o.max_rd_atomic = 16;
         o.max_dest_rd_atomic = 16;
         return o;

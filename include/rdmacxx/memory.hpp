@@ -5,9 +5,12 @@
 
 #include "rdmacxx/access.hpp"
 #include "rdmacxx/checked.hpp"
+#include "rdmacxx/detail/wire.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/pd.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -178,7 +181,55 @@ public:
 
     friend constexpr bool operator==(remote_span const&, remote_span const&) noexcept = default;
 
+    /// Bytes of the wire encoding.
+    static constexpr std::size_t wire_size = 32;
+
+    /// The portable encoding to send to a peer (`wire_size` bytes, integers big-endian):
+    ///
+    /// | offset | bytes | field |
+    /// |---|---|---|
+    /// | 0 | 4 | magic `"RXRS"` |
+    /// | 4 | 1 | version, 1 |
+    /// | 5 | 3 | reserved, 0 |
+    /// | 8 | 8 | address |
+    /// | 16 | 8 | element count |
+    /// | 24 | 4 | rkey |
+    /// | 28 | 4 | element size, `sizeof(T)` |
+    [[nodiscard]] constexpr std::array<std::byte, wire_size> to_bytes() const noexcept {
+        std::array<std::byte, wire_size> out{};
+        detail::wire::put_header(out.data(), wire_magic);
+        detail::wire::put<8>(out.data() + 8, address_);
+        detail::wire::put<8>(out.data() + 16, size_);
+        detail::wire::put<4>(out.data() + 24, rkey_);
+        detail::wire::put<4>(out.data() + 28, sizeof(T));
+        return out;
+    }
+
+    /// Decodes the first `wire_size` bytes of `bytes` (a longer buffer, such as the padded
+    /// private data of a CM event, is fine).
+    /// @throws argument_error naming what is wrong: too short, a wrong magic (not a remote span),
+    ///         another version, reserved bits set, an element size other than `sizeof(T)`, a
+    ///         byte length that overflows.
+    [[nodiscard]] static remote_span from_bytes(std::span<std::byte const> bytes) {
+        detail::wire::check_header(bytes, wire_size, wire_magic, "a remote_span");
+        std::byte const* in = bytes.data();
+        detail::wire::check_reserved(detail::wire::get<3>(in + 5) == 0, "a remote_span", "the header");
+        if (auto const esize = detail::wire::get<4>(in + 28); esize != sizeof(T)) [[unlikely]]
+            detail::throw_argument("cannot decode a remote_span: it holds elements of " + std::to_string(esize) +
+                                   " bytes, this one's are " + std::to_string(sizeof(T)));
+        auto const count = detail::wire::get<8>(in + 16);
+        constexpr std::uint64_t max_count = std::min<std::uint64_t>(
+            std::numeric_limits<std::uint64_t>::max() / sizeof(T), std::numeric_limits<std::size_t>::max());
+        if (count > max_count) [[unlikely]]
+            detail::throw_argument("cannot decode a remote_span: corrupt, its " + std::to_string(count) +
+                                   " elements overflow a byte length");
+        return {detail::wire::get<8>(in + 8), static_cast<std::size_t>(count),
+                static_cast<std::uint32_t>(detail::wire::get<4>(in + 24))};
+    }
+
 private:
+    static constexpr std::array<char, 4> wire_magic{'R', 'X', 'R', 'S'};
+
     std::uint64_t address_ = 0;
     std::size_t size_ = 0;
     std::uint32_t rkey_ = 0;

@@ -6,10 +6,12 @@
 
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/end_port.hpp"
+#include "rdmacxx/endpoint.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"
+#include "rdmacxx/qp_options.hpp"
 #include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 #include "rdmacxx/wr.hpp"
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -41,34 +44,6 @@ struct qp_capabilities {
     std::uint32_t max_inline_data = 0; ///< bytes a send request may carry inline
 };
 
-/// What a peer needs to connect to a QP: LID, QP number, starting PSN and GID. A plain value
-/// to exchange out of band (TCP, a file, the CM).
-struct endpoint {
-    std::uint16_t lid = 0; ///< the port's LID (0 on RoCE)
-    std::uint32_t qpn = 0; ///< the QP number (24 bits)
-    std::uint32_t psn = 0; ///< the first packet sequence number it sends (24 bits)
-    rdmacxx::gid gid;      ///< the port GID it sends from
-    friend bool operator==(endpoint const&, endpoint const&) = default;
-};
-
-/// Attributes of the INIT, RTR and RTS transitions; the defaults are those of rdma-core's
-/// pingpong examples.
-struct connect_options {
-    access remote_access = access::local_write | access::remote_write | access::remote_read |
-                           access::remote_atomic; ///< what the peer may do to this QP (RC, UC)
-    ibv_mtu path_mtu = ibv_mtu{};                 ///< 0: the port's active MTU
-    std::uint16_t pkey_index = 0;                 ///< P_Key table index
-    std::uint8_t service_level = 0;               ///< SL
-    std::uint8_t hop_limit = 64;                  ///< GRH hop limit
-    std::uint8_t timeout = 14;                    ///< RC ACK timeout, 4.096 µs × 2^timeout
-    std::uint8_t retry_count = 7;                 ///< RC transport retries
-    std::uint8_t rnr_retry = 7;                   ///< RC RNR retries (7 = forever)
-    std::uint8_t min_rnr_timer = 12;              ///< RC RNR NAK timer code (12 = 0.64 ms)
-    std::uint8_t max_rd_atomic = 1;               ///< RC outstanding READ/atomic as initiator
-    std::uint8_t max_dest_rd_atomic = 1;          ///< RC outstanding READ/atomic as target
-    std::uint32_t qkey = 0x11111111;              ///< UD Q_Key
-};
-
 /// Tag of the `queue_pair` constructor that adopts a QP created elsewhere (by the RDMA CM).
 struct adopt_qp_t {
     explicit adopt_qp_t() = default;
@@ -86,6 +61,10 @@ struct [[nodiscard]] post_result {
 };
 
 namespace detail {
+/// A compare-and-swap or fetch-and-add request type.
+template <class W>
+concept atomic_request = W::opcode == IBV_WR_ATOMIC_CMP_AND_SWP || W::opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+
 /// "STATE|AV|PATH_MTU", the names of the bits set in an `ibv_qp_attr_mask`.
 inline std::string qp_mask_names(int mask) {
     static constexpr std::pair<int, char const*> names[] = {
@@ -410,6 +389,7 @@ public:
             caps_ = other.caps_;
             psn_ = other.psn_;
             path_mtu_bytes_ = other.path_mtu_bytes_;
+            atomics_ = other.atomics_;
         }
         return *this;
     }
@@ -451,43 +431,64 @@ public:
         return attr.qp_state;
     }
 
-    /// What a peer needs to reach this QP through `port`.
+    /// What a peer needs to reach this QP through `port`; its `path_mtu` is the port's active MTU.
     [[nodiscard]] endpoint local_endpoint(end_port const& port) const noexcept {
-        return {port.lid(), qp_num(), psn_, port.gid().gid};
+        return {port.lid(), qp_num(), psn_, port.gid().gid, port.attributes().active_mtu()};
+    }
+    /// As above, advertising the path MTU `opt` asks for (when smaller than the port's active MTU).
+    [[nodiscard]] endpoint local_endpoint(end_port const& port, connect_options const& opt) const noexcept {
+        endpoint e = local_endpoint(port);
+        if (opt.path_mtu != ibv_mtu{} && mtu_bytes(opt.path_mtu) < mtu_bytes(e.path_mtu)) e.path_mtu = opt.path_mtu;
+        return e;
     }
 
-    /// RESET → INIT on `port`.
-    /// @throws sys_error naming the transition and the attribute mask when ibv_modify_qp(3) fails.
+    /// RESET → INIT on `port`, granting the peer `opt.remote_access` (RC, UC) or setting the
+    /// Q_Key (UD).
+    /// @throws argument_error when `remote_access` asks for atomics on a device whose
+    ///         `atomic_cap` is IBV_ATOMIC_NONE; sys_error naming the transition and the attribute
+    ///         mask when ibv_modify_qp(3) or ibv_query_device(3) fails.
     void to_init(end_port const& port, connect_options const& opt = {}) {
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_INIT;
         attr.pkey_index = opt.pkey_index;
         attr.port_num = port.port_num();
-        if constexpr (Transport::qp_type == IBV_QPT_UD)
+        if constexpr (Transport::qp_type == IBV_QPT_UD) {
             attr.qkey = opt.qkey;
-        else
+        } else {
+            if (has(opt.remote_access, access::remote_atomic) && device_limits().atomic_cap == IBV_ATOMIC_NONE)
+                [[unlikely]]
+                detail::throw_argument(std::string{"cannot grant remote atomics on "} + Transport::name + " QP " +
+                                       std::to_string(qp_num()) + ": the device's atomic_cap is IBV_ATOMIC_NONE");
             attr.qp_access_flags = static_cast<unsigned>(to_native(opt.remote_access));
+        }
         modify(attr, Transport::init_mask, IBV_QPS_RESET);
     }
 
-    /// INIT → RTR towards `remote` (RC, UC): path MTU, remote QPN and PSN, address vector (with a
-    /// GRH from `port`'s GID whenever the remote GID is set, as RoCE needs).
-    /// @throws argument_error when the path MTU exceeds the port's active MTU;
-    ///         sys_error naming the transition and mask when ibv_modify_qp(3) fails.
+    /// INIT → RTR towards `remote` (RC, UC): path MTU (the smaller of `opt.path_mtu`, or the
+    /// port's active MTU, and `remote.path_mtu` when set), remote QPN and PSN, address vector
+    /// (with a GRH from `port`'s GID whenever the remote GID is set, as RoCE needs), and on RC the
+    /// responder's `max_dest_rd_atomic` and `min_rnr_timer`.
+    /// @throws argument_error when the path MTU exceeds the port's active MTU or
+    ///         `max_dest_rd_atomic` the device's `max_qp_rd_atom`; sys_error naming the transition
+    ///         and mask when ibv_modify_qp(3) fails.
     void to_rtr(end_port const& port, endpoint const& remote,
                 connect_options const& opt = {}) requires(Transport::connected) {
-        ibv_mtu const mtu = opt.path_mtu == ibv_mtu{} ? port.attributes().active_mtu() : opt.path_mtu;
+        ibv_mtu mtu = opt.path_mtu == ibv_mtu{} ? port.attributes().active_mtu() : opt.path_mtu;
         if (mtu_bytes(mtu) > mtu_bytes(port.attributes().active_mtu())) [[unlikely]]
             detail::throw_argument("path MTU " + std::to_string(mtu_bytes(mtu)) + " exceeds the active MTU " +
                                    std::to_string(mtu_bytes(port.attributes().active_mtu())) + " of port " +
                                    port.to_string());
+        if (mtu_bytes(remote.path_mtu) != 0 && mtu_bytes(remote.path_mtu) < mtu_bytes(mtu)) mtu = remote.path_mtu;
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RTR;
         attr.path_mtu = mtu;
         attr.dest_qp_num = remote.qpn;
         attr.rq_psn = remote.psn;
-        attr.max_dest_rd_atomic = opt.max_dest_rd_atomic;
-        attr.min_rnr_timer = opt.min_rnr_timer;
+        if constexpr (Transport::qp_type == IBV_QPT_RC) {
+            attr.max_dest_rd_atomic = rd_atomic_depth(opt.max_dest_rd_atomic, device_limits().max_qp_rd_atom,
+                                                      "max_dest_rd_atomic", "max_qp_rd_atom");
+            attr.min_rnr_timer = opt.min_rnr_timer.code();
+        }
         attr.ah_attr = address_vector(port, remote.lid, remote.gid, opt);
         try {
             modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
@@ -509,18 +510,38 @@ public:
         path_mtu_bytes_ = mtu_bytes(port.attributes().active_mtu());
     }
 
-    /// RTR → RTS: this QP may send, starting at `psn()`.
-    /// @throws sys_error naming the transition and mask when ibv_modify_qp(3) fails.
+    /// RTR → RTS: this QP may send, starting at `psn()`; on RC with `opt`'s ACK timeout, retry
+    /// count, RNR retry count and `max_rd_atomic`.
+    /// @throws argument_error when `retry_count` or `rnr_retry` is over 7 or `max_rd_atomic` over
+    ///         the device's `max_qp_init_rd_atom`; sys_error naming the transition and mask when
+    ///         ibv_modify_qp(3) fails.
     void to_rts(connect_options const& opt = {}) {
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RTS;
         attr.sq_psn = psn_;
-        attr.timeout = opt.timeout;
-        attr.retry_cnt = opt.retry_count;
-        attr.rnr_retry = opt.rnr_retry;
-        attr.max_rd_atomic = opt.max_rd_atomic;
-        modify(attr, Transport::rts_mask, IBV_QPS_RTR);
+        if constexpr (Transport::qp_type == IBV_QPT_RC) {
+            if (opt.retry_count > max_retry_count || opt.rnr_retry > rnr_retry_infinite) [[unlikely]]
+                detail::throw_argument("retry_count " + std::to_string(opt.retry_count) + " and rnr_retry " +
+                                       std::to_string(opt.rnr_retry) + " must each be 0 … 7");
+            ibv_device_attr const dev = device_limits();
+            attr.timeout = opt.timeout.code();
+            attr.retry_cnt = opt.retry_count;
+            attr.rnr_retry = opt.rnr_retry;
+            attr.max_rd_atomic =
+                rd_atomic_depth(opt.max_rd_atomic, dev.max_qp_init_rd_atom, "max_rd_atomic", "max_qp_init_rd_atom");
+            modify(attr, Transport::rts_mask, IBV_QPS_RTR);
+            atomics_ = dev.atomic_cap != IBV_ATOMIC_NONE;
+        } else {
+            modify(attr, Transport::rts_mask, IBV_QPS_RTR);
+        }
     }
+
+    /// False when the device cannot run atomics (`atomic_cap` IBV_ATOMIC_NONE), as found when
+    /// the QP was moved to RTS (true before, and for a QP adopted from the CM). A `checked` QP
+    /// refuses compare-and-swap and fetch-and-add then, with argument_error before posting; an
+    /// unchecked one leaves the refusal to the device (a failed completion), keeping its post
+    /// path as short as verbs.
+    [[nodiscard]] bool supports_atomics() const noexcept { return atomics_; }
 
     /// RESET → INIT → RTR → RTS towards `remote` through `port` (RC, UC).
     /// @throws as the three steps, with the step in the context messages.
@@ -736,6 +757,27 @@ private:
         return W::opcode;
     }
 
+    // The device's limits (atomic_cap, max_qp_rd_atom, max_qp_init_rd_atom), through the QP's
+    // own verbs context (no parent pointer involved).
+    [[nodiscard]] ibv_device_attr device_limits() const {
+        ibv_device_attr dev{};
+        if (int rc = ::ibv_query_device(qp_->context, &dev); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_query_device",
+                              std::string{"for "} + Transport::name + " QP " + std::to_string(qp_num()));
+        return dev;
+    }
+    // The RD-atomic depth asked for, or the device's limit when none was; refuses one over it.
+    [[nodiscard]] std::uint8_t rd_atomic_depth(std::optional<std::uint8_t> asked, int limit, char const* field,
+                                               char const* limit_name) const {
+        auto const max = static_cast<std::uint8_t>(std::clamp(limit, 0, 255));
+        if (!asked) return max;
+        if (*asked > max) [[unlikely]]
+            detail::throw_argument(std::string{field} + " " + std::to_string(*asked) + " is over the device's " +
+                                   limit_name + " of " + std::to_string(max) + " for " + Transport::name + " QP " +
+                                   std::to_string(qp_num()));
+        return *asked;
+    }
+
     static ibv_ah_attr address_vector(end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
                                       connect_options const& opt) noexcept {
         ibv_ah_attr ah{};
@@ -770,6 +812,12 @@ private:
         if ((w.flags() & IBV_SEND_INLINE) != 0 && w.bytes() > caps_.max_inline_data) [[unlikely]] {
             limit = caps_.max_inline_data;
             return "is over the QP's max_inline_data";
+        }
+        if constexpr (tracked && detail::atomic_request<W>) {
+            if (!atomics_) [[unlikely]] { // checked QPs only: the unchecked post path stays as verbs
+                limit = 0;
+                return "is an atomic, which the device does not support (atomic_cap IBV_ATOMIC_NONE)";
+            }
         }
         if constexpr (Transport::qp_type == IBV_QPT_UD) {
             if (w.bytes() > path_mtu_bytes_) [[unlikely]] {
@@ -866,6 +914,7 @@ private:
     qp_capabilities caps_{};
     std::uint32_t psn_ = 0;
     std::uint32_t path_mtu_bytes_ = 0;
+    bool atomics_ = true;
 };
 
 /// Selective signaling over a queue pair: asks for a completion on every `every`-th send-queue

@@ -138,7 +138,8 @@ using checked_rc = rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>;
 struct two_pairs {
     two_pairs() {
         opt.rnr_retry = 7;
-        opt.min_rnr_timer = 1;
+        opt.min_rnr_timer = std::chrono::microseconds{10};
+        opt.remote_access = rx::all_remote;
         a->connect(port, b.local_endpoint(port), opt);
         b.connect(port, a->local_endpoint(port), opt);
         c->connect(port, d.local_endpoint(port), opt);
@@ -261,8 +262,8 @@ TEST_CASE("checked: receives from a shared receive queue pass through with the u
     rx::completion_queue<rx::checked<rx::busy_poll>> cq_a(ctx, 64), cq_b(ctx, 64);
     rx::shared_receive_queue srq(pd, 16);
     rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>> a(pd, cq_a, cq_a, srq), b(pd, cq_b, cq_b);
-    a.connect(port, b.local_endpoint(port));
-    b.connect(port, a.local_endpoint(port));
+    a.connect(port, b.local_endpoint(port), {.remote_access = rx::all_remote});
+    b.connect(port, a.local_endpoint(port), {.remote_access = rx::all_remote});
     test::buffer src(pd, 64), dst(pd, 64);
     test::fill_pattern(src.bytes_, 9);
     constexpr std::uint64_t looks_like_a_tag = (std::uint64_t{1} << 63) | 1;

@@ -325,7 +325,7 @@ TEST_CASE("policy: no completion is lost across 100,000 event-driven wake-ups") 
 TEST_CASE("policy: RNR retry exhaustion surfaces as IBV_WC_RNR_RETRY_EXC_ERR") {
     rx::connect_options opt;
     opt.rnr_retry = 0;
-    opt.min_rnr_timer = 1;
+    opt.min_rnr_timer = std::chrono::microseconds{10};
     test::loopback<rx::rc, rx::busy_poll> lb{{}, opt};
     test::buffer src(lb.pd, 64);
     lb.a.post(rx::send{src.span()}.id(5)); // b has no receive posted

@@ -265,6 +265,7 @@ template <transport Transport, completion_strategy Completion>
     c.create_qp(opt.caps);
     c.id_.connect(opt.params);
     event e = detail::expect(*c.channel_, event_type::established, opt.event_timeout, what);
+    c.id_.set_min_rnr_timer(opt.params.min_rnr_timer); // the CM's RTR set 655 ms; the QP is in RTS now
     c.peer_private_data_ = e.private_data_copy();
     if constexpr (Transport::connected) {
         c.peer_conn_ = e.conn();

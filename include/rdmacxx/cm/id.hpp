@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -74,15 +75,39 @@ inline void check_private_data(std::span<std::byte const> data, private_data_mes
     }
 }
 
-/// Parameters of `connect` and `accept`: private data and the RC transport's settings.
-/// @see rdma_connect(3), rdma_accept(3)
+/// Parameters of `connect` and `accept`: private data and the RC transport's settings, each
+/// saying which side it governs. The defaults, as `connect_options`' (qp_options.hpp): as many
+/// READs and atomics in flight as both devices allow (not 1), finite RNR retries and a 1.28 ms
+/// RNR back-off (not the CM's 655 ms).
+/// @see rdma_connect(3), rdma_accept(3), rdma_set_option(3)
 struct connection_parameters {
     std::span<std::byte const> private_data{}; ///< sent to the peer, at most `max_private_data`
-    std::uint8_t responder_resources = 1;      ///< READ/atomic requests we accept outstanding (RC)
-    std::uint8_t initiator_depth = 1;          ///< READ/atomic requests we issue outstanding (RC)
-    std::uint8_t flow_control = 1;             ///< hardware flow control offered
-    std::uint8_t retry_count = 7;              ///< transport retries (connect only)
-    std::uint8_t rnr_retry_count = 7;          ///< RNR NAK retries (7 = forever)
+    /// This side as a **target** (RC): RDMA READs and atomics from the peer it accepts
+    /// outstanding (`max_dest_rd_atomic`); RDMA_MAX_RESP_RES (255, the default) asks librdmacm
+    /// for the device's `max_qp_rd_atom` (on accept, no more than the peer's initiator depth).
+    std::uint8_t responder_resources = RDMA_MAX_RESP_RES;
+    /// This side as an **initiator** (RC): RDMA READs and atomics it may have outstanding
+    /// (`max_rd_atomic`); RDMA_MAX_INIT_DEPTH (255, the default) asks librdmacm for the device's
+    /// `max_qp_init_rd_atom` (on accept, no more than the peer's responder resources).
+    std::uint8_t initiator_depth = RDMA_MAX_INIT_DEPTH;
+    std::uint8_t flow_control = 1; ///< hardware flow control offered
+    /// **Both** sides as senders (RC): retransmissions after an ACK timeout (0 … 7). Sent in the
+    /// connect request, which fixes it for both QPs; `accept` ignores it.
+    std::uint8_t retry_count = 7;
+    /// The **peer** as a sender (RC): how often the peer retries after an RNR NAK from this side
+    /// (0 … 6; 7 = forever). The CM carries it across: what `connect` sets governs the passive
+    /// side's sends, what `accept` sets the active side's. Default 6: a peer whose receiver never
+    /// posts fails with IBV_WC_RNR_RETRY_EXC_ERR instead of hanging.
+    std::uint8_t rnr_retry_count = 6;
+    /// This side as a **sender** (RC): its local ACK timeout, set with rdma_set_option(3)
+    /// (RDMA_OPTION_ID_ACK_TIMEOUT) before connecting or accepting; empty: the CM's (from the
+    /// path record's packet lifetime; on RoCE about 2 s, code 18, plus the CM's margin).
+    std::optional<rdmacxx::ack_timeout> timeout{};
+    /// This side as a **receiver** (RC): the back-off its RNR NAKs ask of the peer (see
+    /// `rdmacxx::rnr_timer`). The CM itself always sets code 0, 655.36 ms; the connection flows
+    /// (`cm::connect`, `connect_request::accept`) set this once the QP is in RTS, with
+    /// `id::set_min_rnr_timer`.
+    rdmacxx::rnr_timer min_rnr_timer = std::chrono::microseconds{1280};
 };
 
 /// The `rdmacxx::context` wrapping a verbs context that librdmacm opened (`id->verbs`), so that
@@ -235,26 +260,61 @@ public:
 
     /// Starts connecting (RC: a connection; UD: a service lookup) with `params` (event
     /// `established`, or `rejected`, `unreachable`, `connect_error`; `connect_response` when no
-    /// QP was created on the id).
-    /// @throws argument_error for private data over the limit (nothing sent); sys_error when
-    ///         rdma_connect(3) fails.
+    /// QP was created on the id). Sets `params.timeout` first when given. The CM leaves an RC QP's
+    /// minimum RNR timer at 655 ms: once `established` came, call `set_min_rnr_timer` with
+    /// `params.min_rnr_timer` (`cm::connect` does).
+    /// @throws argument_error for private data over the limit or a retry count over 7 (nothing
+    ///         sent); sys_error when rdma_set_option(3) or rdma_connect(3) fails.
     /// @see rdma_connect(3)
     void connect(connection_parameters const& params = {}) {
         check_private_data(params.private_data, private_data_message::connect, space());
+        check_retries(params);
+        if (params.timeout) set_ack_timeout(*params.timeout);
         rdma_conn_param p = native_params(params);
         if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
     }
 
-    /// Accepts the connect request this id came with (event `established` follows on RC).
-    /// @throws argument_error for private data over the limit (nothing sent); sys_error when
-    ///         rdma_accept(3) fails.
+    /// Accepts the connect request this id came with (event `established` follows on RC). Sets
+    /// `params.timeout` first when given, and `params.min_rnr_timer` on the id's RC QP after
+    /// (librdmacm has moved it to RTS).
+    /// @throws argument_error for private data over the limit or a retry count over 7 (nothing
+    ///         sent); sys_error when rdma_set_option(3), rdma_accept(3) or ibv_modify_qp(3) fails.
     /// @see rdma_accept(3)
     void accept(connection_parameters const& params = {}) {
         check_private_data(params.private_data, private_data_message::accept, space());
+        check_retries(params);
+        if (params.timeout) set_ack_timeout(*params.timeout);
         rdma_conn_param p = native_params(params);
         if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
+        set_min_rnr_timer(params.min_rnr_timer); // librdmacm has moved an RC QP to RTS
+    }
+
+    /// Sets the local ACK timeout of the QP this id connects (RC), before `connect` or `accept`
+    /// (which do so themselves when `connection_parameters::timeout` is set).
+    /// @throws sys_error when rdma_set_option(3) fails (an old kernel without the option).
+    /// @see rdma_set_option(3)
+    void set_ack_timeout(rdmacxx::ack_timeout timeout) {
+        std::uint8_t code = timeout.code();
+        if (int rc = ::rdma_set_option(handle_.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &code, sizeof code);
+            rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_set_option", "RDMA_OPTION_ID_ACK_TIMEOUT");
+    }
+
+    /// Sets the minimum RNR NAK timer of the RC QP made on this id (`create_qp`), which must be
+    /// in RTS (after `accept`, or once `established` came on the active side): an RTS → RTS
+    /// ibv_modify_qp(3). Does nothing without a QP or on UD.
+    /// @throws sys_error when ibv_modify_qp(3) fails.
+    void set_min_rnr_timer(rdmacxx::rnr_timer timer) {
+        ibv_qp* qp = handle_->qp;
+        if (qp == nullptr || qp->qp_type != IBV_QPT_RC) return;
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RTS;
+        attr.min_rnr_timer = timer.code();
+        if (int rc = ::ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
+                                       "setting the minimum RNR timer of QP " + std::to_string(qp->qp_num));
     }
 
     /// Rejects the connect request this id came with, sending `private_data`; the peer sees
@@ -328,6 +388,13 @@ public:
     [[nodiscard]] rdma_cm_id* release() noexcept { return handle_.release(); }
 
 private:
+    static void check_retries(connection_parameters const& params) {
+        if (params.retry_count > 7 || params.rnr_retry_count > 7) [[unlikely]]
+            rdmacxx::detail::throw_argument("retry_count " + std::to_string(params.retry_count) +
+                                            " and rnr_retry_count " + std::to_string(params.rnr_retry_count) +
+                                            " must each be 0 … 7; nothing was sent");
+    }
+
     static rdma_conn_param native_params(connection_parameters const& params) noexcept {
         rdma_conn_param p{};
         p.private_data = params.private_data.empty() ? nullptr : params.private_data.data();

@@ -1,0 +1,65 @@
+#pragma once
+/// @file
+/// `connect_options`: the attributes of a QP's INIT, RTR and RTS transitions, with its timers in
+/// time units (timeouts.hpp) and defaults chosen for production use.
+
+#include "rdmacxx/access.hpp"
+#include "rdmacxx/detail/verbs.hpp"
+#include "rdmacxx/timeouts.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+/// Attributes of the INIT, RTR and RTS transitions (`queue_pair::connect`, `activate`). Each
+/// says which side it governs. The defaults are what a production program would choose:
+///
+/// - nothing remote is granted unless asked (`remote_access`);
+/// - a dead peer is detected: ACK timeout about 67 ms, 7 retries (about 0.5 s in all);
+/// - a receiver that falls behind is waited for, but not forever: this QP's RNR NAKs ask the
+///   peer to back off 1.28 ms (not the CM's 655 ms), and this QP retries RNR NAKs 6 times
+///   (not the infinite 7) before its request completes with IBV_WC_RNR_RETRY_EXC_ERR;
+/// - as many RDMA READs and atomics in flight as the device allows (`max_qp_init_rd_atom`,
+///   `max_qp_rd_atom`), not 1.
+///
+/// @see ibv_modify_qp(3)
+struct connect_options {
+    /// What the **peer** may do to memory through this QP (RC, UC): `access::remote_write`,
+    /// `remote_read`, `remote_atomic`. Granted only as asked: the default grants nothing, so a
+    /// peer's RDMA WRITE, READ or atomic completes with a remote access error on its side.
+    /// Asking for `remote_atomic` on a device whose `atomic_cap` is IBV_ATOMIC_NONE is refused.
+    access remote_access = access::none;
+    /// The largest path MTU; 0: the port's active MTU. `connect` uses the smaller of this and the
+    /// remote endpoint's `path_mtu`, so both sides agree.
+    ibv_mtu path_mtu = ibv_mtu{};
+    std::uint16_t pkey_index = 0;   ///< P_Key table index
+    std::uint8_t service_level = 0; ///< SL
+    std::uint8_t hop_limit = 64;    ///< GRH hop limit
+    /// This QP as a **sender** (RC): how long it waits for an ACK before retransmitting, rounded
+    /// up to 4.096 µs × 2ⁿ (see `ack_timeout`); 67 ms → n = 14, 67.1 ms.
+    rdmacxx::ack_timeout timeout = std::chrono::milliseconds{67};
+    /// This QP as a **sender** (RC): retransmissions after an ACK timeout (0 … 7) before the
+    /// request completes with IBV_WC_RETRY_EXC_ERR.
+    std::uint8_t retry_count = max_retry_count;
+    /// This QP as a **sender** (RC): retries after an RNR NAK (0 … 6, or `rnr_retry_infinite`, 7,
+    /// forever) before the request completes with IBV_WC_RNR_RETRY_EXC_ERR. How long it waits
+    /// between them is the *peer's* `min_rnr_timer`.
+    std::uint8_t rnr_retry = 6;
+    /// This QP as a **receiver** (RC): the back-off its RNR NAKs ask of the peer's sender, rounded
+    /// up to the IB table (see `rnr_timer`); 1.28 ms.
+    rdmacxx::rnr_timer min_rnr_timer = std::chrono::microseconds{1280};
+    /// This QP as an **initiator** (RC): RDMA READs and atomics it may have outstanding; empty:
+    /// the device's `max_qp_init_rd_atom`. Over that limit, `connect` throws argument_error.
+    std::optional<std::uint8_t> max_rd_atomic{};
+    /// This QP as a **target** (RC): RDMA READs and atomics from the peer it accepts
+    /// outstanding; empty: the device's `max_qp_rd_atom`. Keep it at least the peer's
+    /// `max_rd_atomic`. Over the device's limit, `connect` throws argument_error.
+    std::optional<std::uint8_t> max_dest_rd_atomic{};
+    std::uint32_t qkey = 0x11111111; ///< UD Q_Key
+};
+
+} // namespace v0
+} // namespace rdmacxx

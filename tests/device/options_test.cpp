@@ -1,0 +1,277 @@
+// connect_options and the CM's connection parameters on a real device: the attributes each
+// option sets are those the device reports (ibv_query_qp(3)); remote access only as asked;
+// several READs in flight; two QPs given different path MTUs agree on the smaller.
+
+#include "fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rx = rdmacxx;
+namespace cm = rdmacxx::cm;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int queried = IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                        IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
+                        IBV_QP_ACCESS_FLAGS;
+
+// What the device says the QP's attributes are.
+ibv_qp_attr query(ibv_qp* qp) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    REQUIRE(::ibv_query_qp(qp, &attr, queried, &init) == 0);
+    return attr;
+}
+
+ibv_device_attr limits(ibv_context* ctx) {
+    ibv_device_attr dev{};
+    REQUIRE(::ibv_query_device(ctx, &dev) == 0);
+    return dev;
+}
+
+// The next completion of a busy-poll `cq`, within `limit` (a test never waits forever).
+rx::work_completion next_wc(rx::completion_queue<rx::busy_poll>& cq, std::chrono::seconds limit = 20s) {
+    auto const deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+        rx::work_completion wc;
+        if (cq.poll(std::span{&wc, 1}) == 1) return wc;
+        if (std::chrono::steady_clock::now() > deadline)
+            throw std::runtime_error("no completion within " + std::to_string(limit.count()) + " s");
+    }
+}
+
+// The responder refused the request for want of access rights: IBV_WC_REM_ACCESS_ERR, or on rxe
+// (which checks the QP's access flags as it parses the request) IBV_WC_REM_INV_REQ_ERR.
+bool refused(rx::work_completion const& wc) {
+    MESSAGE("refused with " << std::string{::ibv_wc_status_str(wc.status())});
+    return wc.status() == IBV_WC_REM_ACCESS_ERR || wc.status() == IBV_WC_REM_INV_REQ_ERR;
+}
+
+// A connected RC pair, each side with its own options.
+struct pair {
+    pair(rx::connect_options const& oa, rx::connect_options const& ob)
+        : ctx(test::open_test_device()), port(ctx), pd(ctx), cq_a(ctx, 64), cq_b(ctx, 64), a(pd, cq_a, cq_a),
+          b(pd, cq_b, cq_b) {
+        a.connect(port, b.local_endpoint(port, ob), oa);
+        b.connect(port, a.local_endpoint(port, oa), ob);
+    }
+    rx::context ctx;
+    rx::end_port port;
+    rx::protection_domain pd;
+    rx::completion_queue<rx::busy_poll> cq_a, cq_b;
+    rx::queue_pair<rx::rc, rx::busy_poll> a, b;
+};
+
+std::string device_ip() {
+    char const* a = std::getenv("RDMACXX_ADDR");
+    if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
+    return a;
+}
+
+} // namespace
+
+TEST_CASE("options: the default connect_options set what the device allows and finite RNR retries") {
+    pair p{{}, {}};
+    ibv_device_attr const dev = limits(p.ctx.native_handle());
+    MESSAGE("device max_qp_init_rd_atom " << dev.max_qp_init_rd_atom << ", max_qp_rd_atom " << dev.max_qp_rd_atom
+                                          << ", atomic_cap " << static_cast<int>(dev.atomic_cap));
+    REQUIRE(dev.max_qp_init_rd_atom > 1); // rxe: 128
+    for (auto* qp : {p.a.native_handle(), p.b.native_handle()}) {
+        ibv_qp_attr const attr = query(qp);
+        CHECK(attr.qp_state == IBV_QPS_RTS);
+        CHECK(attr.max_rd_atomic == dev.max_qp_init_rd_atom); // not 1
+        CHECK(attr.max_dest_rd_atomic == dev.max_qp_rd_atom);
+        CHECK(attr.timeout == 14); // 67 ms → 4.096 µs × 2^14
+        CHECK(attr.retry_cnt == 7);
+        CHECK(attr.rnr_retry == 6);       // finite
+        CHECK(attr.min_rnr_timer == 14);  // 1.28 ms, not 0 (655 ms)
+        CHECK(attr.qp_access_flags == 0); // nothing remote granted unless asked
+    }
+    CHECK(p.a.supports_atomics() == (dev.atomic_cap != IBV_ATOMIC_NONE));
+}
+
+TEST_CASE("options: durations and counts reach the QP as the codes they map to") {
+    rx::connect_options o;
+    o.timeout = 100ms; // → 15 (134 ms)
+    o.retry_count = 3;
+    o.rnr_retry = rx::rnr_retry_infinite;
+    o.min_rnr_timer = 5ms; // → 18 (5.12 ms)
+    o.max_rd_atomic = 4;
+    o.max_dest_rd_atomic = 8;
+    o.remote_access = rx::access::remote_read | rx::access::remote_write;
+    pair p{o, o};
+    for (auto* qp : {p.a.native_handle(), p.b.native_handle()}) {
+        ibv_qp_attr const attr = query(qp);
+        CHECK(attr.timeout == 15);
+        CHECK(attr.retry_cnt == 3);
+        CHECK(attr.rnr_retry == 7);
+        CHECK(attr.min_rnr_timer == 18);
+        CHECK(attr.max_rd_atomic == 4);
+        CHECK(attr.max_dest_rd_atomic == 8);
+        CHECK(attr.qp_access_flags == (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE));
+    }
+}
+
+TEST_CASE("options: out-of-range counts and depths are refused before the device sees them") {
+    rx::context ctx = test::open_test_device();
+    rx::end_port port{ctx};
+    rx::protection_domain pd{ctx};
+    rx::completion_queue<rx::busy_poll> cq{ctx, 16};
+    ibv_device_attr const dev = limits(ctx.native_handle());
+    REQUIRE(dev.max_qp_init_rd_atom < 255);
+    REQUIRE(dev.max_qp_rd_atom < 255);
+    std::vector<rx::connect_options> bad(4);
+    bad[0].retry_count = 8;
+    bad[1].rnr_retry = 8;
+    bad[2].max_rd_atomic = static_cast<std::uint8_t>(dev.max_qp_init_rd_atom + 1);
+    bad[3].max_dest_rd_atomic = static_cast<std::uint8_t>(dev.max_qp_rd_atom + 1);
+    for (std::size_t i = 0; i < bad.size(); ++i) {
+        CAPTURE(i);
+        rx::queue_pair<rx::rc, rx::busy_poll> a{pd, cq, cq}, b{pd, cq, cq};
+        CHECK_THROWS_AS(a.connect(port, b.local_endpoint(port), bad[i]), rx::argument_error);
+        CHECK(a.state() == (i == 3 ? IBV_QPS_INIT : IBV_QPS_RTR)); // refused before ibv_modify_qp
+    }
+}
+
+TEST_CASE("options: remote access is granted only as asked") {
+    rx::connect_options granted;
+    granted.remote_access = rx::access::remote_write;
+    SUBCASE("a WRITE to a QP that granted nothing fails with a remote access error") {
+        pair p{{}, {}};
+        test::buffer src(p.pd, 64), dst(p.pd, 64);
+        p.a.post(rx::write{src.span(), dst.mr.remote()}.id(1));
+        CHECK(refused(next_wc(p.cq_a)));
+    }
+    SUBCASE("a WRITE to a QP that granted remote write succeeds; a READ from it fails") {
+        pair p{{}, granted};
+        test::buffer src(p.pd, 64), dst(p.pd, 64);
+        test::fill_pattern(src.bytes_, 3);
+        p.a.post(rx::write{src.span(), dst.mr.remote()}.id(1));
+        auto const wc = next_wc(p.cq_a);
+        CHECK(wc.ok());
+        CHECK(dst.bytes_ == src.bytes_);
+        p.a.post(rx::read{src.span(), dst.mr.remote()}.id(2));
+        CHECK(refused(next_wc(p.cq_a)));
+    }
+}
+
+TEST_CASE("options: several RDMA READs and atomics in flight at once all complete") {
+    rx::connect_options o;
+    o.remote_access = rx::all_remote;
+    pair p{o, o};
+    CHECK(query(p.a.native_handle()).max_rd_atomic >= 16);
+    CHECK(query(p.b.native_handle()).max_dest_rd_atomic >= 16);
+    constexpr std::size_t n = 16, chunk = 256;
+    test::buffer local(p.pd, n * chunk), remote(p.pd, n * chunk);
+    test::fill_pattern(remote.bytes_, 7);
+    std::vector<rx::read<>> reads;
+    for (std::size_t i = 0; i < n; ++i)
+        reads.push_back(
+            rx::read{local.span().subspan(i * chunk, chunk), remote.mr.remote().subspan(i * chunk, chunk)}.id(i));
+    p.a.post(std::span<rx::read<> const>{reads}); // one chain: 16 READs outstanding together
+    std::vector<bool> seen(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        auto const wc = next_wc(p.cq_a);
+        REQUIRE(wc.ok());
+        REQUIRE(wc.wr_id() < n);
+        seen[wc.wr_id()] = true;
+    }
+    CHECK(std::all_of(seen.begin(), seen.end(), [](bool s) { return s; }));
+    CHECK(local.bytes_ == remote.bytes_);
+
+    test::buffer counter(p.pd, 8), results(p.pd, 8 * n);
+    for (std::uint64_t i = 0; i < n; ++i)
+        p.a.post(rx::fetch_add{results.mr.span<std::uint64_t>(i, 1), counter.mr.remote<std::uint64_t>(), 1}.id(i));
+    for (std::size_t i = 0; i < n; ++i)
+        REQUIRE(next_wc(p.cq_a).ok());
+    std::uint64_t total = 0;
+    std::memcpy(&total, counter.bytes_.data(), 8);
+    CHECK(total == n);
+}
+
+TEST_CASE("options: two QPs given different path MTUs use the smaller one") {
+    rx::connect_options small;
+    small.path_mtu = IBV_MTU_256;
+    pair p{small, {}}; // a asks for 256; b would use the port's active MTU (1024 on rxe)
+    CHECK(p.a.local_endpoint(p.port, small).path_mtu == IBV_MTU_256);
+    CHECK(p.b.local_endpoint(p.port).path_mtu == p.port.attributes().active_mtu());
+    CHECK(query(p.a.native_handle()).path_mtu == IBV_MTU_256);
+    CHECK(query(p.b.native_handle()).path_mtu == IBV_MTU_256);
+    CHECK(p.a.path_mtu_bytes() == 256);
+    CHECK(p.b.path_mtu_bytes() == 256);
+    // Messages of several path MTUs, both ways, arrive byte for byte.
+    test::buffer a_buf(p.pd, 1000), b_buf(p.pd, 1000), a_in(p.pd, 1000), b_in(p.pd, 1000);
+    test::fill_pattern(a_buf.bytes_, 1);
+    test::fill_pattern(b_buf.bytes_, 2);
+    p.a.post_recv(rx::recv{a_in.span()}.id(10));
+    p.b.post_recv(rx::recv{b_in.span()}.id(20));
+    p.a.post(rx::send{a_buf.span()}.id(1));
+    p.b.post(rx::send{b_buf.span()}.id(2));
+    for (int i = 0; i < 2; ++i) {
+        CHECK(next_wc(p.cq_a).ok());
+        CHECK(next_wc(p.cq_b).ok());
+    }
+    CHECK(b_in.bytes_ == a_buf.bytes_);
+    CHECK(a_in.bytes_ == b_buf.bytes_);
+}
+
+TEST_CASE("options: the CM's connection parameters reach both QPs, each on the side it governs") {
+    cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+    auto const port = server.port();
+    ibv_qp_attr server_attr{};
+    std::exception_ptr server_error;
+    std::thread srv([&] {
+        try {
+            auto req = server.get_request(20s);
+            cm::connection_options opt;
+            opt.params.rnr_retry_count = 3; // the client's sends retry RNR NAKs 3 times
+            opt.params.min_rnr_timer = 5ms; // the server's RNR NAKs ask for 5.12 ms (18)
+            opt.params.timeout = 250ms;     // the server's ACK timeout: 268 ms (16)
+            auto conn = req.accept<rx::rc, rx::busy_poll>(opt);
+            server_attr = query(conn.qp().native_handle());
+            (void)conn.wait_disconnected(20s);
+        } catch (...) {
+            server_error = std::current_exception();
+        }
+    });
+    cm::connection_options opt;
+    opt.params.rnr_retry_count = 2;    // the server's sends retry RNR NAKs twice
+    opt.params.min_rnr_timer = 2560us; // 16
+    opt.params.timeout = 500ms;        // 17 (537 ms)
+    ibv_qp_attr client_attr{};
+    ibv_device_attr dev{};
+    {
+        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port), opt);
+        client_attr = query(conn.qp().native_handle());
+        dev = limits(conn.qp().native_handle()->context);
+        conn.disconnect();
+    }
+    srv.join();
+    if (server_error) std::rethrow_exception(server_error);
+    CHECK(client_attr.rnr_retry == 3); // set by the peer's accept
+    CHECK(server_attr.rnr_retry == 2); // set by the peer's connect
+    CHECK(client_attr.min_rnr_timer == 16);
+    CHECK(server_attr.min_rnr_timer == 18);
+    CHECK(client_attr.timeout == 17);
+    CHECK(server_attr.timeout == 16);
+    CHECK(client_attr.retry_cnt == 7);
+    CHECK(server_attr.retry_cnt == 7);
+    // RD-atomic depth from the device's limits, not 1
+    CHECK(client_attr.max_rd_atomic == std::min(dev.max_qp_init_rd_atom, dev.max_qp_rd_atom));
+    CHECK(server_attr.max_dest_rd_atomic == std::min(dev.max_qp_init_rd_atom, dev.max_qp_rd_atom));
+    CHECK(client_attr.max_rd_atomic > 1);
+    CHECK(server_attr.max_rd_atomic > 1);
+}
