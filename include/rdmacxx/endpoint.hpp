@@ -37,10 +37,10 @@ inline namespace v0 {
 ///
 /// Thread-safety: a value type.
 struct endpoint {
-    std::uint16_t lid = 0;      ///< the port's LID (0 on RoCE)
-    std::uint32_t qpn = 0;      ///< the QP number (24 bits)
-    std::uint32_t psn = 0;      ///< the first packet sequence number it sends (24 bits)
-    rdmacxx::gid gid;           ///< the port GID it sends from
+    std::uint16_t lid = 0;        ///< the port's LID (0 on RoCE)
+    std::uint32_t qpn = 0;        ///< the QP number (24 bits)
+    std::uint32_t psn = 0;        ///< the first packet sequence number it sends (24 bits)
+    rdmacxx::gid gid;             ///< the port GID it sends from
     ibv_mtu path_mtu = ibv_mtu{}; ///< the largest path MTU it can use; 0 = not said (its peer uses its own)
     friend bool operator==(endpoint const&, endpoint const&) = default;
 

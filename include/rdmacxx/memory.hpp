@@ -225,9 +225,8 @@ public:
             detail::throw_argument("cannot decode a remote_span: it holds elements of " + std::to_string(esize) +
                                    " bytes, this one's are " + std::to_string(sizeof(T)));
         auto const count = detail::wire::get<8>(in + 16);
-        constexpr std::uint64_t max_count =
-            std::min<std::uint64_t>(std::numeric_limits<std::uint64_t>::max() / sizeof(T),
-                                    std::numeric_limits<std::size_t>::max());
+        constexpr std::uint64_t max_count = std::min<std::uint64_t>(
+            std::numeric_limits<std::uint64_t>::max() / sizeof(T), std::numeric_limits<std::size_t>::max());
         if (count > max_count) [[unlikely]]
             detail::throw_argument("cannot decode a remote_span: corrupt, its " + std::to_string(count) +
                                    " elements overflow a byte length");

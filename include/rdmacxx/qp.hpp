@@ -63,9 +63,7 @@ struct [[nodiscard]] post_result {
 namespace detail {
 /// A compare-and-swap or fetch-and-add request type.
 template <class W>
-concept atomic_request = requires {
-    W::opcode;
-} && (W::opcode == IBV_WR_ATOMIC_CMP_AND_SWP || W::opcode == IBV_WR_ATOMIC_FETCH_AND_ADD);
+concept atomic_request = W::opcode == IBV_WR_ATOMIC_CMP_AND_SWP || W::opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 
 /// "STATE|AV|PATH_MTU", the names of the bits set in an `ibv_qp_attr_mask`.
 inline std::string qp_mask_names(int mask) {
@@ -769,8 +767,8 @@ private:
     [[nodiscard]] ibv_device_attr device_limits() const {
         ibv_device_attr dev{};
         if (int rc = ::ibv_query_device(qp_->context, &dev); rc != 0) [[unlikely]]
-            detail::throw_sys(rc, "ibv_query_device", std::string{"for "} + Transport::name + " QP " +
-                                                          std::to_string(qp_num()));
+            detail::throw_sys(rc, "ibv_query_device",
+                              std::string{"for "} + Transport::name + " QP " + std::to_string(qp_num()));
         return dev;
     }
     // The RD-atomic depth asked for, or the device's limit when none was; refuses one over it.

@@ -35,9 +35,9 @@ struct connect_options {
     /// The largest path MTU; 0: the port's active MTU. `connect` uses the smaller of this and the
     /// remote endpoint's `path_mtu`, so both sides agree.
     ibv_mtu path_mtu = ibv_mtu{};
-    std::uint16_t pkey_index = 0;    ///< P_Key table index
-    std::uint8_t service_level = 0;  ///< SL
-    std::uint8_t hop_limit = 64;     ///< GRH hop limit
+    std::uint16_t pkey_index = 0;   ///< P_Key table index
+    std::uint8_t service_level = 0; ///< SL
+    std::uint8_t hop_limit = 64;    ///< GRH hop limit
     /// This QP as a **sender** (RC): how long it waits for an ACK before retransmitting, rounded
     /// up to 4.096 µs × 2ⁿ (see `ack_timeout`); 67 ms → n = 14, 67.1 ms.
     rdmacxx::ack_timeout timeout = std::chrono::milliseconds{67};
@@ -52,13 +52,11 @@ struct connect_options {
     /// up to the IB table (see `rnr_timer`); 1.28 ms.
     rdmacxx::rnr_timer min_rnr_timer = std::chrono::microseconds{1280};
     /// This QP as an **initiator** (RC): RDMA READs and atomics it may have outstanding; empty:
-    /// the device's `max_qp_init_rd_atom`.
-    /// @throws (at connect) argument_error when over that limit.
+    /// the device's `max_qp_init_rd_atom`. Over that limit, `connect` throws argument_error.
     std::optional<std::uint8_t> max_rd_atomic{};
     /// This QP as a **target** (RC): RDMA READs and atomics from the peer it accepts
     /// outstanding; empty: the device's `max_qp_rd_atom`. Keep it at least the peer's
-    /// `max_rd_atomic`.
-    /// @throws (at connect) argument_error when over that limit.
+    /// `max_rd_atomic`. Over the device's limit, `connect` throws argument_error.
     std::optional<std::uint8_t> max_dest_rd_atomic{};
     std::uint32_t qkey = 0x11111111; ///< UD Q_Key
 };

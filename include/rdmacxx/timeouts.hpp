@@ -109,8 +109,8 @@ class rnr_timer {
 public:
     /// The table of the IB specification: microseconds by code.
     static constexpr std::array<std::uint32_t, 32> table_us{
-        655360, 10,   20,   30,   40,    60,    80,    120,   160,   240,   320,
-        480,    640,  960,  1280, 1920,  2560,  3840,  5120,  7680,  10240, 15360,
+        655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+        480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
         20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
     /// The shortest table value at least `at_least` long (see the class comment).

@@ -139,6 +139,7 @@ struct two_pairs {
     two_pairs() {
         opt.rnr_retry = 7;
         opt.min_rnr_timer = std::chrono::microseconds{10};
+        opt.remote_access = rx::all_remote;
         a->connect(port, b.local_endpoint(port), opt);
         b.connect(port, a->local_endpoint(port), opt);
         c->connect(port, d.local_endpoint(port), opt);

@@ -11,10 +11,9 @@ namespace rx = rdmacxx;
 using namespace std::chrono_literals;
 
 // The InfiniBand specification's RNR NAK timer table, in milliseconds, by code.
-constexpr double ib_rnr_table_ms[32] = {655.36, 0.01,  0.02,  0.03,  0.04,  0.06,   0.08,   0.12,
-                                        0.16,   0.24,  0.32,  0.48,  0.64,  0.96,   1.28,   1.92,
-                                        2.56,   3.84,  5.12,  7.68,  10.24, 15.36,  20.48,  30.72,
-                                        40.96,  61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52};
+constexpr double ib_rnr_table_ms[32] = {
+    655.36, 0.01, 0.02, 0.03, 0.04,  0.06,  0.08,  0.12,  0.16,  0.24,  0.32,  0.48,   0.64,   0.96,   1.28,   1.92,
+    2.56,   3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52};
 
 static_assert(rx::ack_timeout{0ns}.code() == 1);
 static_assert(rx::ack_timeout{67ms}.code() == 14);
@@ -36,14 +35,14 @@ TEST_CASE("rnr_timer: every entry of the IB table, in both directions") {
 }
 
 TEST_CASE("rnr_timer: a duration rounds up to the next table value, clamped at 655.36 ms") {
-    CHECK(rx::rnr_timer{0us}.code() == 1);                       // zero: the shortest, 0.01 ms
+    CHECK(rx::rnr_timer{0us}.code() == 1); // zero: the shortest, 0.01 ms
     CHECK(rx::rnr_timer{1ns}.code() == 1);
     CHECK(rx::rnr_timer{10us}.code() == 1);
-    CHECK(rx::rnr_timer{11us}.code() == 2);                      // 0.011 ms → 0.02 ms
-    CHECK(rx::rnr_timer{41us}.code() == 5);                      // 0.041 ms → 0.06 ms
-    CHECK(rx::rnr_timer{1ms}.code() == 14);                      // 1 ms → 1.28 ms
+    CHECK(rx::rnr_timer{11us}.code() == 2); // 0.011 ms → 0.02 ms
+    CHECK(rx::rnr_timer{41us}.code() == 5); // 0.041 ms → 0.06 ms
+    CHECK(rx::rnr_timer{1ms}.code() == 14); // 1 ms → 1.28 ms
     CHECK(rx::rnr_timer{491520us}.code() == 31);
-    CHECK(rx::rnr_timer{491521us}.code() == 0);                  // past 491.52 ms → 655.36 ms
+    CHECK(rx::rnr_timer{491521us}.code() == 0); // past 491.52 ms → 655.36 ms
     CHECK(rx::rnr_timer{655360us}.code() == 0);
     CHECK(rx::rnr_timer{1s}.code() == 0);                        // clamped to the longest
     CHECK(rx::rnr_timer{std::chrono::hours::max()}.code() == 0); // no overflow
@@ -67,15 +66,15 @@ TEST_CASE("ack_timeout: 4.096 µs × 2^n, every code exact and rounded up") {
         CHECK(t.code() == n);
         CHECK_FALSE(t.is_infinite());
         CHECK(t.duration() == exact);
-        CHECK(rx::ack_timeout{exact}.code() == n);                                 // exact: itself
-        if (n < 31) CHECK(rx::ack_timeout{exact + 1ns}.code() == n + 1);           // just past: the next
-        if (n > 1) CHECK(rx::ack_timeout{exact - 1ns}.code() == n);                // just under: itself
+        CHECK(rx::ack_timeout{exact}.code() == n);                       // exact: itself
+        if (n < 31) CHECK(rx::ack_timeout{exact + 1ns}.code() == n + 1); // just past: the next
+        if (n > 1) CHECK(rx::ack_timeout{exact - 1ns}.code() == n);      // just under: itself
     }
     CHECK(rx::ack_timeout{0s}.code() == 1); // zero is the shortest finite timeout, never infinite
     CHECK(rx::ack_timeout{1ns}.code() == 1);
     CHECK(rx::ack_timeout{8192ns}.code() == 1);
     CHECK(rx::ack_timeout{8193ns}.code() == 2);
-    CHECK(rx::ack_timeout{1s}.code() == 18);  // 4.096 µs × 2^18 = 1.07 s
+    CHECK(rx::ack_timeout{1s}.code() == 18); // 4.096 µs × 2^18 = 1.07 s
     CHECK(rx::ack_timeout{2s}.code() == 19);
     CHECK(rx::ack_timeout{std::chrono::duration<double>{0.5}}.code() == 17);
 }
@@ -107,6 +106,6 @@ TEST_CASE("connect_options: production defaults, in time units") {
     rx::connect_options set;
     set.timeout = 100ms;
     set.min_rnr_timer = 5ms;
-    CHECK(set.timeout.code() == 15); // 134 ms
+    CHECK(set.timeout.code() == 15);       // 134 ms
     CHECK(set.min_rnr_timer.code() == 18); // 5.12 ms
 }

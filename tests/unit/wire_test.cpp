@@ -37,8 +37,8 @@ static_assert(std::is_same_v<decltype(rx::endpoint{}.to_bytes()), std::array<std
 
 TEST_CASE("wire: an endpoint's exact bytes, big-endian") {
     auto const got = sample_endpoint().to_bytes();
-    auto const want = bytes_of<32>({'R', 'X', 'E', 'P', 1, 3, 0x12, 0x34, 0, 0xab, 0xcd, 0xef, 0, 0x12, 0x34, 0x56,
-                                    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2});
+    auto const want = bytes_of<32>({'R',  'X',  'E', 'P', 1, 3, 0x12, 0x34, 0, 0xab, 0xcd, 0xef, 0, 0x12, 0x34, 0x56,
+                                    0xfe, 0x80, 0,   0,   0, 0, 0,    0,    0, 0,    0,    0,    0, 1,    0,    2});
     CHECK(got == want);
 }
 
@@ -66,8 +66,7 @@ TEST_CASE("wire: a short, corrupt or other-version endpoint is refused, naming w
     CHECK_THROWS_WITH_AS((void)rx::endpoint::from_bytes(bad), doctest::Contains("version 2"), rx::argument_error);
     bad = good;
     bad[5] = std::byte{6};
-    CHECK_THROWS_WITH_AS((void)rx::endpoint::from_bytes(bad), doctest::Contains("path MTU code 6"),
-                         rx::argument_error);
+    CHECK_THROWS_WITH_AS((void)rx::endpoint::from_bytes(bad), doctest::Contains("path MTU code 6"), rx::argument_error);
     bad = good;
     bad[8] = std::byte{1};
     CHECK_THROWS_WITH_AS((void)rx::endpoint::from_bytes(bad), doctest::Contains("reserved bits of the QPN"),
@@ -84,8 +83,8 @@ TEST_CASE("wire: a short, corrupt or other-version endpoint is refused, naming w
 TEST_CASE("wire: a remote_span's exact bytes, big-endian, and its round trip") {
     rx::remote_span<std::uint64_t> const s{0x0102030405060708, 0x10, 0xdeadbeef};
     auto const got = s.to_bytes();
-    auto const want = bytes_of<32>({'R', 'X', 'R', 'S', 1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0x10,
-                                    0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 8});
+    auto const want = bytes_of<32>({'R', 'X', 'R', 'S', 1, 0, 0, 0,    1,    2,    3,    4,    5, 6, 7, 8,
+                                    0,   0,   0,   0,   0, 0, 0, 0x10, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 8});
     CHECK(got == want);
     CHECK(rx::remote_span<std::uint64_t>::from_bytes(got) == s);
     rx::remote_span<std::byte> const b{42, 4096, 7};

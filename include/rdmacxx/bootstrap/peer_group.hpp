@@ -7,6 +7,7 @@
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/bootstrap/bootstrap.hpp"
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/detail/wire.hpp"
 #include "rdmacxx/end_port.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/memory.hpp"
@@ -21,7 +22,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -30,47 +30,33 @@ inline namespace v0 {
 
 /// How a `peer_group` builds its QPs.
 struct peer_group_options {
-    qp_capabilities caps{};    ///< queue sizes of every RC QP (and of the UD QP)
-    connect_options connect{}; ///< RC connection attributes, and the Q_Key of the UD QP
-    bool with_ud = false;      ///< also one UD QP per rank and an address handle per peer
+    qp_capabilities caps{}; ///< queue sizes of every RC QP (and of the UD QP)
+    /// RC connection attributes, and the Q_Key of the UD QP. Remote access is granted only as
+    /// asked: set `connect.remote_access` (e.g. `access::remote_write`) for peers to write,
+    /// read or run atomics on the spans the ranks expose.
+    connect_options connect{};
+    bool with_ud = false; ///< also one UD QP per rank and an address handle per peer
 };
 
 namespace detail {
-/// Bytes of a value's fixed-size wire encoding (`T::to_bytes()` returns a `std::array`).
-template <class T>
-inline constexpr std::size_t wire_size_v = std::tuple_size_v<decltype(std::declval<T const&>().to_bytes())>;
-
-/// The fixed header of a peer group's allgather blob: size and flags, big-endian, so that ranks
-/// built with different options are told apart instead of misreading each other.
+/// The header of a peer group's allgather blob: magic "RXPG", the wire version, then the group
+/// size and the flags (bit 0: with UD), big-endian, so that ranks built with other options or
+/// another rdmacxx are told apart instead of misreading each other.
 struct peer_group_header {
-    static constexpr std::uint32_t magic = 0x52504731; // "RPG1"
+    static constexpr std::array<char, 4> magic{'R', 'X', 'P', 'G'};
+    static constexpr std::size_t bytes = 16;
     std::uint32_t size = 0;
-    std::uint32_t flags = 0; // bit 0: with_ud
+    std::uint32_t flags = 0;
 
-    static constexpr std::size_t bytes = 12;
     void write(std::byte* out) const noexcept {
-        put(out, magic);
-        put(out + 4, size);
-        put(out + 8, flags);
+        wire::put_header(out, magic);
+        wire::put<4>(out + 8, size);
+        wire::put<4>(out + 12, flags);
     }
-    static peer_group_header read(std::byte const* in, int rank) {
-        if (get(in) != magic) [[unlikely]]
-            throw_argument("peer_group: rank " + std::to_string(rank) +
-                           "'s bootstrap blob does not start with the peer-group magic (not a peer group, or "
-                           "another version)");
-        return {get(in + 4), get(in + 8)};
-    }
-
-private:
-    static void put(std::byte* out, std::uint32_t v) noexcept {
-        for (int i = 0; i < 4; ++i)
-            out[i] = static_cast<std::byte>((v >> (24 - 8 * i)) & 0xffU);
-    }
-    static std::uint32_t get(std::byte const* in) noexcept {
-        std::uint32_t v = 0;
-        for (int i = 0; i < 4; ++i)
-            v = (v << 8) | std::to_integer<std::uint32_t>(in[i]);
-        return v;
+    static peer_group_header read(std::span<std::byte const> in) {
+        wire::check_header(in, bytes, magic, "a peer group's bootstrap blob");
+        return {static_cast<std::uint32_t>(wire::get<4>(in.data() + 8)),
+                static_cast<std::uint32_t>(wire::get<4>(in.data() + 12))};
     }
 };
 } // namespace detail
@@ -138,9 +124,13 @@ public:
         boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
 
         remotes_.resize(n);
+        if (ud_qp_) {
+            ud_remotes_.resize(n);
+            ahs_.resize(n);
+        }
         for (std::size_t r = 0; r < n; ++r) {
             std::byte const* theirs = all.data() + r * blob;
-            auto const header = detail::peer_group_header::read(theirs, static_cast<int>(r));
+            auto const header = detail::peer_group_header::read(std::span<std::byte const>{theirs, blob});
             if (header.size != n || header.flags != (opt.with_ud ? 1U : 0U)) [[unlikely]]
                 detail::throw_argument(
                     "peer_group: rank " + std::to_string(r) + " built its group for " + std::to_string(header.size) +
@@ -156,9 +146,7 @@ public:
             if (ud_qp_) {
                 endpoint const ud_remote = endpoint::from_bytes(
                     std::span<std::byte const>{slots + n * endpoint_bytes + span_bytes, endpoint_bytes});
-                ud_remotes_.resize(n);
                 ud_remotes_[r] = ud_remote.qpn;
-                if (ahs_.empty()) ahs_.resize(n);
                 ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid, opt.connect.service_level,
                                 opt.connect.hop_limit);
             }
@@ -214,8 +202,8 @@ public:
     [[nodiscard]] std::uint32_t qkey() const noexcept { return qkey_; }
 
 private:
-    static constexpr std::size_t endpoint_bytes = detail::wire_size_v<endpoint>;
-    static constexpr std::size_t span_bytes = detail::wire_size_v<remote_span<std::byte>>;
+    static constexpr std::size_t endpoint_bytes = endpoint::wire_size;
+    static constexpr std::size_t span_bytes = remote_span<std::byte>::wire_size;
 
     static constexpr std::size_t blob_bytes(std::size_t n, bool with_ud) noexcept {
         return detail::peer_group_header::bytes + n * endpoint_bytes + span_bytes + (with_ud ? endpoint_bytes : 0);
