@@ -6,6 +6,7 @@
 /// raising `async_error` for error events when asked).
 
 #include "rdmacxx/context.hpp"
+#include "rdmacxx/detail/wait.hpp"
 #include "rdmacxx/error.hpp"
 
 #include <fcntl.h>
@@ -229,43 +230,37 @@ struct async_options {
     /// Throw error events (see `is_error_event`) as `async_error` from `get`, `wait`,
     /// `try_get`, `dispatch` and `drain` instead of returning them.
     bool raise_errors = false;
-    /// Put the context's async event fd in non-blocking mode (O_NONBLOCK) on construction.
-    bool nonblocking = false;
 };
 
 /// The asynchronous events of one open device, read from its async event file descriptor
-/// (`ibv_context::async_fd`). A non-owning view of the context, which must outlive it. Every
-/// view of one context reads the same events: each event goes to exactly one reader.
+/// (`ibv_context::async_fd`). A non-owning view of the context (it keeps the `ibv_context`, so
+/// the `rdmacxx::context` may move), which must outlive it. Every view of one context reads the
+/// same events: each event goes to exactly one reader.
 ///
-/// The fd is ready for poll(2)/epoll(7) through `fd()`; `wait` and `try_get` use poll(2)
-/// themselves, so they work whether the fd is blocking or not.
-/// Thread-safety: reading from several threads is safe (each event goes to one of them);
-/// `set_nonblocking` changes the fd for every reader.
+/// The queue puts the fd in non-blocking mode (O_NONBLOCK) when it is made, and every read
+/// first waits for readability with ppoll(2): when several readers see the same event, the
+/// losers' ibv_get_async_event(3) fails with EAGAIN, which they take as "nothing", so
+/// `try_get` never blocks and `wait` never overstays its timeout. Keep O_NONBLOCK set on the fd
+/// (an epoll(7) user has no reason to clear it). `get` is the unbounded wait; `wait(timeout)`
+/// its bounded twin.
+/// Thread-safety: reading from several threads is safe (each event goes to one of them).
 /// @see ibv_get_async_event(3)
 class async_event_queue {
 public:
-    /// A view of `ctx`'s async events.
-    /// @throws sys_error when `opt.nonblocking` is set and fcntl(2) fails.
+    /// A view of `ctx`'s async events; sets O_NONBLOCK on the context's async event fd.
+    /// @throws sys_error when fcntl(2) fails.
     explicit async_event_queue(context& ctx, async_options opt = {}) : ctx_(ctx.native_handle()), opt_(opt) {
-        if (opt.nonblocking) set_nonblocking(true);
+        int const flags = ::fcntl(fd(), F_GETFL);
+        if (flags < 0) [[unlikely]]
+            detail::throw_errno("fcntl", "reading the flags of the async event fd");
+        if ((flags & O_NONBLOCK) == 0 && ::fcntl(fd(), F_SETFL, flags | O_NONBLOCK) < 0) [[unlikely]]
+            detail::throw_errno("fcntl", "setting O_NONBLOCK on the async event fd");
     }
 
     /// The async event file descriptor, for poll(2) or epoll(7) (readable when an event waits).
     [[nodiscard]] int fd() const noexcept { return ctx_->async_fd; }
 
-    /// Switches the fd's O_NONBLOCK flag: with it, `get` never blocks and ibv_get_async_event(3)
-    /// on an empty queue fails with EAGAIN.
-    /// @throws sys_error when fcntl(2) fails.
-    void set_nonblocking(bool on) {
-        int const flags = ::fcntl(fd(), F_GETFL);
-        if (flags < 0) [[unlikely]]
-            detail::throw_errno("fcntl", "reading the flags of the async event fd");
-        int const want = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
-        if (want != flags && ::fcntl(fd(), F_SETFL, want) < 0) [[unlikely]]
-            detail::throw_errno("fcntl", "setting O_NONBLOCK on the async event fd");
-    }
-
-    /// True when the fd is in non-blocking mode.
+    /// True when the fd is in non-blocking mode (as the queue sets it).
     /// @throws sys_error when fcntl(2) fails.
     [[nodiscard]] bool nonblocking() const {
         int const flags = ::fcntl(fd(), F_GETFL);
@@ -274,29 +269,31 @@ public:
         return (flags & O_NONBLOCK) != 0;
     }
 
-    /// The next event, waiting for it as long as it takes.
+    /// The next event, waiting for it as long as it takes; `wait(timeout)` is the bounded twin.
     /// @throws async_error for an error event when `raise_errors` is set; sys_error when
-    ///         poll(2) or ibv_get_async_event(3) fails.
+    ///         ppoll(2) or ibv_get_async_event(3) fails.
     [[nodiscard]] async_event get() {
         for (;;)
-            if (auto ev = read(-1)) return std::move(*ev);
+            if (auto ev = read(std::chrono::steady_clock::time_point::max())) return std::move(*ev);
     }
 
-    /// The next event if one arrives within `timeout`, else nothing.
+    /// The next event if one arrives within `timeout` (a `std::chrono` duration; zero or
+    /// negative: only one already waiting), else nothing: a timeout is an empty optional, not an
+    /// exception.
     /// @throws as `get`.
-    [[nodiscard]] std::optional<async_event> wait(std::chrono::milliseconds timeout) {
-        auto const deadline = std::chrono::steady_clock::now() + timeout;
+    template <class Rep, class Period>
+    [[nodiscard]] std::optional<async_event> wait(std::chrono::duration<Rep, Period> timeout) {
+        auto const deadline = detail::deadline_after(timeout);
         for (;;) {
-            auto const left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-            if (auto ev = read(left.count() < 0 ? 0 : static_cast<int>(left.count()))) return ev;
+            if (auto ev = read(deadline)) return ev;
             if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
         }
     }
 
-    /// The next event if one is waiting now, else nothing. Never blocks.
+    /// The next event if one is waiting now, else nothing. Never blocks, also when another
+    /// thread reads the same context's events at the same time.
     /// @throws as `get`.
-    [[nodiscard]] std::optional<async_event> try_get() { return read(0); }
+    [[nodiscard]] std::optional<async_event> try_get() { return read(std::chrono::steady_clock::time_point{}); }
 
     /// Hands every event to `handler` (invoked as `handler(async_event&&)` ; the event is
     /// acknowledged when the handler's argument goes away), waiting up to `timeout` for the first
@@ -329,17 +326,11 @@ public:
     [[nodiscard]] async_options const& options() const noexcept { return opt_; }
 
 private:
-    // Polls for up to timeout_ms (-1: forever), then reads one event; nothing on timeout, or
-    // when another reader took the event first (EAGAIN on a non-blocking fd).
-    std::optional<async_event> read(int timeout_ms) {
-        pollfd p{fd(), POLLIN, 0};
-        int const rc = ::poll(&p, 1, timeout_ms);
-        if (rc < 0) {
-            if (errno == EINTR) return std::nullopt;
-            detail::throw_errno("poll",
-                                "waiting on the async event fd of " + std::string{::ibv_get_device_name(ctx_->device)});
-        }
-        if (rc == 0) return std::nullopt;
+    // Waits for readability until `deadline` (max: forever), then reads one event without
+    // blocking; nothing on timeout, on EINTR, or when another reader took the event first
+    // (EAGAIN: the fd is non-blocking).
+    std::optional<async_event> read(std::chrono::steady_clock::time_point deadline) {
+        if (!detail::wait_readable(fd(), deadline, "waiting on an async event fd")) return std::nullopt;
         ibv_async_event raw{};
         if (::ibv_get_async_event(ctx_, &raw) != 0) {
             if (errno == EAGAIN || errno == EINTR) return std::nullopt;

@@ -3,6 +3,7 @@
 /// `context`: an open RDMA device, with its device and port attributes, its GID and P_Key tables
 /// and GID selection.
 
+#include "rdmacxx/detail/wait.hpp"
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
@@ -250,12 +251,33 @@ private:
 
 /// An open RDMA device (`ibv_context`). Owns the handle; move-only; closes it on destruction,
 /// which must come after every object made from it is gone.
-/// Thread-safety: verbs contexts are thread-safe; so are these queries.
+///
+/// A context may move (into a `std::vector` that grows, out of a function) after protection
+/// domains, CQs and end ports were made from it: they find it through a stable heap cell that
+/// moves with it (`pd.context()`, `cq.owner()` and `port.context()` name the context wherever
+/// it is now). A moved-from context is empty: only destruction and assignment are valid on it.
+/// Thread-safety: verbs contexts are thread-safe; so are these queries. Moving one is not.
 /// @see ibv_open_device(3)
 class context {
 public:
-    /// Takes ownership of an open `ibv_context`.
-    explicit context(ibv_context* handle) noexcept : handle_(handle) {}
+    /// Takes ownership of an open `ibv_context` (closed again when this throws).
+    /// @throws std::bad_alloc when the context's stable cell cannot be allocated.
+    explicit context(ibv_context* handle) : handle_(handle), anchor_(this) {}
+    /// Takes over `other`'s device and the objects made from it; `other` is left empty.
+    context(context&& other) noexcept : handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
+    /// Closes the device held (every object made from it must be gone), then takes over
+    /// `other`'s; self-move is a no-op.
+    context& operator=(context&& other) noexcept {
+        if (this != &other) {
+            handle_ = std::move(other.handle_);
+            anchor_.take(std::move(other.anchor_), this);
+        }
+        return *this;
+    }
+    context(context const&) = delete;
+    context& operator=(context const&) = delete;
+    /// Closes the device (ibv_close_device(3)).
+    ~context() = default;
 
     /// The device this context was opened on.
     [[nodiscard]] rdmacxx::device device() const noexcept { return rdmacxx::device{handle_->device}; }
@@ -388,6 +410,11 @@ public:
     /// The verbs handle.
     [[nodiscard]] ibv_context* native_handle() const noexcept { return handle_.get(); }
 
+    /// @cond
+    // The stable cell through which protection domains, CQs and end ports find this context.
+    [[nodiscard]] context* const* anchor_cell() const noexcept { return anchor_.cell(); }
+    /// @endcond
+
 private:
     RDMACXX_COLD [[noreturn]] void throw_no_gid(std::uint8_t port_num, gid_selector const& want,
                                                 std::vector<gid_entry> const& table) const {
@@ -411,6 +438,7 @@ private:
         void operator()(ibv_context* c) const noexcept { (void)::ibv_close_device(c); }
     };
     std::unique_ptr<ibv_context, deleter> handle_;
+    detail::anchor<context> anchor_; // after handle_: the handle is closed when its allocation throws
 };
 
 inline context device::open() const {

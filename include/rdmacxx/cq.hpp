@@ -5,6 +5,7 @@
 
 #include "rdmacxx/checked.hpp"
 #include "rdmacxx/context.hpp"
+#include "rdmacxx/detail/wait.hpp"
 #include "rdmacxx/error.hpp"
 
 #include <arpa/inet.h>
@@ -17,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -215,6 +217,25 @@ public:
         return cq;
     }
 
+    /// Takes the next event if one arrives within `timeout` (a `std::chrono` duration; zero or
+    /// negative: only one already there): the `ibv_cq` that fired, or nullptr when none came in
+    /// time. Waits with ppoll(2) on `fd()`, so it works whether the descriptor is blocking or not;
+    /// with a blocking descriptor and another reader of this channel, that reader may take the
+    /// event in between and this call then blocks until the next one (one reader per channel).
+    /// @throws sys_error when ppoll(2) or ibv_get_cq_event(3) fails other than with EAGAIN/EINTR.
+    template <class Rep, class Period>
+    [[nodiscard]] ibv_cq* get_event(std::chrono::duration<Rep, Period> timeout) {
+        auto const deadline = detail::deadline_after(timeout);
+        for (;;) {
+            if (!detail::wait_readable(fd(), deadline, "waiting on a completion channel")) return nullptr;
+            ibv_cq* cq = nullptr;
+            void* cq_context = nullptr;
+            if (::ibv_get_cq_event(handle_.get(), &cq, &cq_context) == 0) return cq;
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) [[unlikely]]
+                detail::throw_errno("ibv_get_cq_event");
+        }
+    }
+
     /// The verbs handle.
     [[nodiscard]] ibv_comp_channel* native_handle() const noexcept { return handle_.get(); }
 
@@ -230,8 +251,14 @@ private:
 /// after the QPs that use it.
 ///
 /// Polling (`poll`) is the same for every strategy and never blocks; waiting (`wait`) blocks
-/// until at least one completion is there, spinning or sleeping as the strategy says.
-/// Thread-safety: one thread polls or waits on a CQ at a time.
+/// until at least one completion is there, spinning or sleeping as the strategy says; the
+/// bounded twins `wait(out, timeout)` and `wait_one(timeout)` give up after a `std::chrono`
+/// duration and say so by returning 0 / an empty optional (never by throwing).
+///
+/// A CQ may move after QPs were made on it (they hold the `ibv_cq`, not this object), and it
+/// follows its context when that moves (`owner()`). Moving one CQ into another first destroys
+/// the target's CQ (acknowledging its events) and then its own channel, as the destructor does.
+/// Thread-safety: one thread polls or waits on a CQ at a time; moving it is not thread-safe.
 /// @see ibv_create_cq(3), ibv_poll_cq(3), ibv_req_notify_cq(3), ibv_get_cq_event(3)
 template <class Completion>
 class completion_queue {
@@ -247,7 +274,7 @@ public:
     /// Creates a CQ of at least `min_entries` entries on `ctx`; an `event_driven` CQ gets its own
     /// completion channel.
     /// @throws sys_error when ibv_create_cq(3) fails (e.g. EINVAL past the device's max_cqe).
-    completion_queue(context& ctx, int min_entries) : ctx_(&ctx) {
+    completion_queue(context& ctx, int min_entries) : ctx_(ctx.anchor_cell()), anchor_(this) {
         if constexpr (Completion::uses_channel) own_channel_ = std::make_unique<completion_channel>(ctx);
         create(min_entries, own_channel_ ? own_channel_.get() : nullptr);
     }
@@ -255,15 +282,34 @@ public:
     /// Creates an `event_driven` CQ whose events arrive on `channel`, which may serve other CQs.
     /// @throws sys_error when ibv_create_cq(3) fails.
     completion_queue(context& ctx, int min_entries, completion_channel& channel) requires(Completion::uses_channel)
-        : ctx_(&ctx) {
+        : ctx_(ctx.anchor_cell()), anchor_(this) {
         create(min_entries, &channel);
     }
 
-    completion_queue(completion_queue&&) noexcept = default;
-    completion_queue& operator=(completion_queue&&) noexcept = default;
-    ~completion_queue() {
-        if (cq_ && unacked_ != 0) ::ibv_ack_cq_events(cq_.get(), unacked_);
+    /// Takes over `other`'s CQ, channel and unacknowledged events; `other` is left empty.
+    completion_queue(completion_queue&& other) noexcept
+        : ctx_(other.ctx_), own_channel_(std::move(other.own_channel_)), cq_(std::move(other.cq_)),
+          unacked_(std::exchange(other.unacked_, 0U)), ledger_(std::move(other.ledger_)),
+          anchor_(std::move(other.anchor_), this) {}
+    /// Destroys the CQ held as the destructor does (its QPs must be gone), then takes over
+    /// `other`'s; self-move is a no-op.
+    completion_queue& operator=(completion_queue&& other) noexcept {
+        if (this != &other) {
+            destroy();
+            ctx_ = other.ctx_;
+            own_channel_ = std::move(other.own_channel_);
+            cq_ = std::move(other.cq_);
+            unacked_ = std::exchange(other.unacked_, 0U);
+            ledger_ = std::move(other.ledger_);
+            anchor_.take(std::move(other.anchor_), this);
+        }
+        return *this;
     }
+    completion_queue(completion_queue const&) = delete;
+    completion_queue& operator=(completion_queue const&) = delete;
+    /// Acknowledges the events taken and not yet acknowledged (ibv_destroy_cq(3) waits for
+    /// them), destroys the CQ, then its own channel (a channel with a CQ on it is busy).
+    ~completion_queue() { destroy(); }
 
     /// Takes up to `out.size()` completions without blocking; returns how many.
     /// @throws sys_error when ibv_poll_cq(3) fails.
@@ -327,6 +373,28 @@ public:
         return wc;
     }
 
+    /// As `wait(out)`, for at most `timeout` (a `std::chrono` duration; zero or negative: poll
+    /// once): returns how many completions it took, 0 when none came in time. `busy_poll` spins
+    /// until the deadline; `adaptive` spins for its `spin` (or until the deadline), then sleeps;
+    /// `event_driven` sleeps on the channel in ppoll(2) until the deadline, so it also works
+    /// when the channel is non-blocking. A timeout leaves the CQ armed: the event that comes
+    /// later is taken by the next wait. The deadline is the steady clock's; the wait may end up
+    /// to one scheduler tick after it.
+    /// @throws sys_error when polling, arming, ppoll(2) or reading the channel fails.
+    template <class Rep, class Period>
+    [[nodiscard]] std::size_t wait(std::span<work_completion> out, std::chrono::duration<Rep, Period> timeout) {
+        return wait_until(out, detail::deadline_after(timeout));
+    }
+
+    /// As `wait_one()`, for at most `timeout`: the completion, or nothing when none came in time.
+    /// @throws sys_error as `wait(out, timeout)`.
+    template <class Rep, class Period>
+    [[nodiscard]] std::optional<work_completion> wait_one(std::chrono::duration<Rep, Period> timeout) {
+        work_completion wc;
+        if (wait_until(std::span{&wc, 1}, detail::deadline_after(timeout)) == 0) return std::nullopt;
+        return wc;
+    }
+
     /// Requests an event for the next completion (or the next solicited one).
     /// @throws sys_error when ibv_req_notify_cq(3) fails.
     void arm(bool solicited_only = false) requires(Completion::uses_channel) {
@@ -347,8 +415,8 @@ public:
     [[nodiscard]] ibv_comp_channel* channel() const noexcept { return cq_->channel; }
     /// The number of entries the CQ really has (at least the number asked for).
     [[nodiscard]] int capacity() const noexcept { return cq_->cqe; }
-    /// The context the CQ lives on.
-    [[nodiscard]] context& owner() const noexcept { return *ctx_; }
+    /// The context the CQ lives on, wherever it has moved to.
+    [[nodiscard]] context& owner() const noexcept { return **ctx_; }
     /// The verbs handle.
     [[nodiscard]] ibv_cq* native_handle() const noexcept { return cq_.get(); }
 
@@ -357,11 +425,64 @@ public:
     [[nodiscard]] std::shared_ptr<detail::cq_ledger> const& in_flight_ledger() const noexcept requires(tracked) {
         return ledger_;
     }
+    // The stable cell through which selective_signaling finds this CQ.
+    [[nodiscard]] completion_queue* const* anchor_cell() const noexcept { return anchor_.cell(); }
     /// @endcond
 
 private:
+    void destroy() noexcept {
+        if (cq_ && unacked_ != 0) ::ibv_ack_cq_events(cq_.get(), unacked_);
+        unacked_ = 0;
+        cq_.reset(); // before the channel: ibv_destroy_comp_channel(3) fails with EBUSY while a CQ uses it
+        own_channel_.reset();
+        ledger_ = {};
+    }
+
+    std::size_t wait_until(std::span<work_completion> out, std::chrono::steady_clock::time_point deadline) {
+        using clock = std::chrono::steady_clock;
+        if constexpr (!Completion::uses_channel) {
+            for (;;) {
+                if (std::size_t n = poll(out); n != 0) return n;
+                if (clock::now() >= deadline) return 0;
+            }
+        } else {
+            if constexpr (requires { Completion::spin; }) {
+                auto const spin_end = clock::now() + Completion::spin;
+                auto const until = spin_end < deadline ? spin_end : deadline;
+                for (;;) {
+                    if (std::size_t n = poll(out); n != 0) return n;
+                    if (clock::now() >= until) break;
+                }
+            }
+            for (;;) {
+                if (std::size_t n = poll(out); n != 0) return n;
+                arm();
+                if (std::size_t n = poll(out); n != 0) return n;
+                if (!sleep_for_event_until(deadline)) return poll(out); // timed out: one last look
+            }
+        }
+    }
+
+    // As sleep_for_event, giving up at `deadline`: false when it passed with no event.
+    bool sleep_for_event_until(std::chrono::steady_clock::time_point deadline) {
+        for (;;) {
+            if (!detail::wait_readable(cq_->channel->fd, deadline, "waiting on a completion channel")) return false;
+            ibv_cq* ev_cq = nullptr;
+            void* ev_ctx = nullptr;
+            if (::ibv_get_cq_event(cq_->channel, &ev_cq, &ev_ctx) == 0) {
+                if (ev_cq == cq_.get())
+                    note_event();
+                else
+                    ::ibv_ack_cq_events(ev_cq, 1); // another CQ's event on a shared channel
+                return true;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) [[unlikely]]
+                detail::throw_errno("ibv_get_cq_event");
+        }
+    }
+
     void create(int min_entries, completion_channel* channel) {
-        cq_.reset(::ibv_create_cq(ctx_->native_handle(), min_entries, nullptr,
+        cq_.reset(::ibv_create_cq((*ctx_)->native_handle(), min_entries, nullptr,
                                   channel != nullptr ? channel->native_handle() : nullptr, 0));
         if (!cq_) [[unlikely]]
             detail::throw_errno("ibv_create_cq", "with " + std::to_string(min_entries) + " entries");
@@ -399,12 +520,13 @@ private:
     struct deleter {
         void operator()(ibv_cq* c) const noexcept { (void)::ibv_destroy_cq(c); }
     };
-    context* ctx_;
-    std::unique_ptr<completion_channel> own_channel_;
+    context* const* ctx_;                             // the context's stable cell: valid when the context moves
+    std::unique_ptr<completion_channel> own_channel_; // destroyed after cq_ (see destroy())
     std::unique_ptr<ibv_cq, deleter> cq_;
     unsigned unacked_ = 0;
     struct untracked {};
     [[no_unique_address]] std::conditional_t<tracked, std::shared_ptr<detail::cq_ledger>, untracked> ledger_{};
+    detail::anchor<completion_queue> anchor_;
 };
 
 } // namespace v0

@@ -22,7 +22,8 @@ inline namespace v0 {
 
 /// A port of an open device and the GID table entry connections from it use, with the port's
 /// attributes as they were when it was made. Queue pairs take it to move to INIT and RTR.
-/// Holds a non-owning reference to its `context`, which must outlive it.
+/// Holds a non-owning reference to its `context`, which must outlive it and may move: the end
+/// port follows it (`context()` names it wherever it is now).
 /// Thread-safety: immutable after construction.
 class end_port {
 public:
@@ -37,11 +38,11 @@ public:
     /// @throws sys_error when the port cannot be queried (e.g. no such port); argument_error
     ///         naming the port and listing its GIDs when none fits `want`.
     end_port(rdmacxx::context& ctx, std::uint8_t port_num, gid_selector const& want)
-        : context_(&ctx), port_num_(port_num), attributes_(ctx.query_port(port_num)),
+        : context_(ctx.anchor_cell()), port_num_(port_num), attributes_(ctx.query_port(port_num)),
           gid_(ctx.select_gid(port_num, want)) {}
 
-    /// The open device.
-    [[nodiscard]] rdmacxx::context& context() const noexcept { return *context_; }
+    /// The open device, wherever it has moved to.
+    [[nodiscard]] rdmacxx::context& context() const noexcept { return **context_; }
     /// The 1-based port number.
     [[nodiscard]] std::uint8_t port_num() const noexcept { return port_num_; }
     /// The port's attributes when this end port was made.
@@ -52,7 +53,7 @@ public:
     [[nodiscard]] std::uint16_t lid() const noexcept { return attributes_.lid(); }
     /// "device/port", e.g. "rxe0/1".
     [[nodiscard]] std::string to_string() const {
-        return std::string{context_->name()} + "/" + std::to_string(port_num_);
+        return std::string{context().name()} + "/" + std::to_string(port_num_);
     }
     /// "rxe0/1 GID [1] ::ffff:198.18.0.1 RoCE v2 eth0": the port and the GID it uses, for
     /// messages (route errors name the chosen GID with it).
@@ -65,7 +66,7 @@ private:
         return s;
     }
 
-    rdmacxx::context* context_;
+    rdmacxx::context* const* context_; // the context's stable cell: valid when the context moves
     std::uint8_t port_num_;
     port_attributes attributes_;
     gid_entry gid_;

@@ -183,7 +183,7 @@ public:
     /// ibv_destroy_qp(3) as any other; whoever created it on a CM id clears `id->qp` first.
     queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
                std::uint32_t path_mtu_bytes = 0) noexcept
-        : pd_(&pd), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {}
+        : pd_(pd.anchor_cell()), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {}
 
     /// As the adopting constructor above, also naming the QP's CQs: a `checked` QP attaches its
     /// in-flight ledger to them (rdmacxx::cm::id::create_qp uses this one; a checked QP adopted
@@ -192,7 +192,7 @@ public:
     queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
                std::uint32_t path_mtu_bytes, completion_queue<Completion>& send_cq,
                completion_queue<Completion>& recv_cq)
-        : pd_(&pd), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {
+        : pd_(pd.anchor_cell()), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {
         if constexpr (tracked)
             if (qp_) track(send_cq, recv_cq);
     }
@@ -200,7 +200,7 @@ public:
 private:
     queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
                shared_receive_queue* srq, qp_capabilities const& caps)
-        : pd_(&pd) {
+        : pd_(pd.anchor_cell()) {
         ibv_qp_init_attr init{};
         init.srq = srq != nullptr ? srq->native_handle() : nullptr;
         init.send_cq = send_cq.native_handle();
@@ -228,8 +228,8 @@ private:
     }
 
     void track(completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq) requires(tracked) {
-        tracking_ = std::make_unique<detail::qp_tracking>(pd_->context().native_handle(), qp_->qp_num,
-                                                          send_cq.in_flight_ledger(), recv_cq.in_flight_ledger());
+        tracking_ = std::make_unique<detail::qp_tracking>(qp_->context, qp_->qp_num, send_cq.in_flight_ledger(),
+                                                          recv_cq.in_flight_ledger());
     }
 
     // The extended post API: ibv_create_qp_ex(3) with the transport's operations announced.
@@ -244,18 +244,21 @@ private:
         ex.pd = pd.native_handle();
         ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         ex.send_ops_flags = detail::send_ops_for<Transport>();
-        qp_.reset(::ibv_create_qp_ex(pd.context().native_handle(), &ex));
+        // The domain's own verbs context: valid whether or not the rdmacxx::context has moved.
+        ibv_context* const verbs = pd.native_handle()->context;
+        qp_.reset(::ibv_create_qp_ex(verbs, &ex));
         if (!qp_) [[unlikely]]
             detail::throw_errno("ibv_create_qp_ex", std::string{"for a "} + Transport::name +
                                                         " QP with the extended post "
                                                         "API (ibv_wr_*) on " +
-                                                        std::string{pd.context().name()} +
+                                                        std::string{::ibv_get_device_name(verbs->device)} +
                                                         ": the device may not support it; use legacy_post");
         init.cap = ex.cap;
         qpx_ = ::ibv_qp_to_qp_ex(qp_.get());
         if (qpx_ == nullptr) [[unlikely]]
             detail::throw_sys(EOPNOTSUPP, "ibv_qp_to_qp_ex",
-                              "on " + std::string{pd.context().name()} + ": the device has no extended post API");
+                              "on " + std::string{::ibv_get_device_name(verbs->device)} +
+                                  ": the device has no extended post API");
     }
 
     template <class... Wrs>
@@ -741,7 +744,7 @@ public:
     }
 
     /// The protection domain.
-    [[nodiscard]] protection_domain& pd() const noexcept { return *pd_; }
+    [[nodiscard]] protection_domain& pd() const noexcept { return **pd_; }
     /// The verbs handle.
     [[nodiscard]] ibv_qp* native_handle() const noexcept { return qp_.get(); }
 
@@ -904,7 +907,7 @@ private:
     struct deleter {
         void operator()(ibv_qp* q) const noexcept { (void)::ibv_destroy_qp(q); }
     };
-    protection_domain* pd_;
+    protection_domain* const* pd_; // the domain's stable cell: valid when the domain moves
     struct untracked {};
     // Before qp_: destroyed after it, so that the ledger outlives the ibv_qp it accounts for.
     [[no_unique_address]] std::conditional_t<tracked, std::unique_ptr<detail::qp_tracking>, untracked> tracking_{};
@@ -935,7 +938,8 @@ public:
     /// request (1 ≤ every ≤ the QP's max_send_wr).
     /// @throws argument_error for `every` out of range.
     selective_signaling(QueuePair& qp, completion_queue<completion_type>& send_cq, std::uint32_t every)
-        : qp_(&qp), cq_(&send_cq), every_(every), depth_(qp.capabilities().max_send_wr), batches_(depth_ + 1) {
+        : qp_(&qp), cq_(send_cq.anchor_cell()), every_(every), depth_(qp.capabilities().max_send_wr),
+          batches_(depth_ + 1) {
         if (every == 0 || every > depth_) [[unlikely]]
             detail::throw_argument("selective signaling every " + std::to_string(every) +
                                    " requests does not fit a send queue of " + std::to_string(depth_));
@@ -981,13 +985,13 @@ private:
     void retire_one() {
         if (head_ == tail_) [[unlikely]]
             detail::throw_argument("the send queue is full of unsignaled requests: signal more often");
-        cq_->wait_one().throw_if_error();
+        (*cq_)->wait_one().throw_if_error();
         outstanding_ -= batches_[head_];
         head_ = (head_ + 1) % batches_.size();
     }
 
     QueuePair* qp_;
-    completion_queue<completion_type>* cq_;
+    completion_queue<completion_type>* const* cq_; // the CQ's stable cell: valid when the CQ moves
     std::uint32_t every_;
     std::uint32_t depth_;
     std::vector<std::uint32_t> batches_; // sizes of the signaled batches in flight, a ring

@@ -76,9 +76,9 @@ std::optional<rx::async_event> wait_for(rx::async_event_queue& q, ibv_event_type
 
 } // namespace
 
-TEST_CASE("async: the event fd is the context's, can be non-blocking, and reads nothing when idle") {
+TEST_CASE("async: the event fd is the context's, made non-blocking by the queue, and reads nothing when idle") {
     rx::context ctx = test::open_test_device();
-    rx::async_event_queue q{ctx, {.raise_errors = false, .nonblocking = true}};
+    rx::async_event_queue q{ctx};
     CHECK(q.fd() == ctx.async_fd());
     CHECK(q.fd() >= 0);
     CHECK(q.nonblocking());
@@ -89,8 +89,6 @@ TEST_CASE("async: the event fd is the context's, can be non-blocking, and reads 
     errno = 0;
     CHECK(::ibv_get_async_event(ctx.native_handle(), &raw) == -1);
     CHECK(errno == EAGAIN);
-    q.set_nonblocking(false);
-    CHECK_FALSE(q.nonblocking());
     std::deque<rx::async_event> queue;
     CHECK(q.drain(queue) == 0);
     CHECK(queue.empty());
@@ -212,7 +210,7 @@ TEST_CASE("async: a peer overflowing a CQ raises CQ error on that CQ, as async_e
         a.post(rx::send{buf.span().subspan(2048, 16)}.unsignaled());
 
     {
-        rx::async_event_queue raising{ctx, {.raise_errors = true, .nonblocking = false}};
+        rx::async_event_queue raising{ctx, {.raise_errors = true}};
         try {
             auto const ev = raising.wait(10s);
             FAIL("no async_error; got " << (ev ? ev->to_string() : std::string{"nothing within 10 s"}));

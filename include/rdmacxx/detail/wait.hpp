@@ -1,0 +1,95 @@
+#pragma once
+/// @file
+/// Internals of the bounded waits and of the movable parents: deadlines from `std::chrono`
+/// durations, waiting for a file descriptor until a deadline, and `anchor`, the stable address
+/// of an object that may move.
+
+#include "rdmacxx/detail/verbs.hpp"
+#include "rdmacxx/error.hpp"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <memory>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace detail {
+
+/// The steady-clock time `timeout` from now, rounded up to the clock's tick; a zero or negative
+/// timeout is now, and one past the clock's range is the end of time (saturated, no overflow).
+template <class Rep, class Period>
+[[nodiscard]] std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
+    using clock = std::chrono::steady_clock;
+    auto const now = clock::now();
+    if (timeout <= timeout.zero()) return now;
+    auto const room = clock::time_point::max() - now;
+    if (timeout >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(room))
+        return clock::time_point::max();
+    return now + std::chrono::ceil<clock::duration>(timeout);
+}
+
+/// Waits until `fd` is readable or `deadline` passes (time_point::max(): no bound): true when
+/// readable, false when the deadline has passed. A signal (EINTR) restarts the wait with the
+/// time left, so that a true result always means readable.
+/// @throws sys_error when ppoll(2) fails otherwise.
+inline bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline, char const* what) {
+    using namespace std::chrono;
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        timespec ts{};
+        timespec const* bound = nullptr;
+        if (deadline != steady_clock::time_point::max()) {
+            auto const left = deadline - steady_clock::now();
+            if (left > left.zero()) {
+                auto const s = duration_cast<seconds>(left);
+                ts.tv_sec = static_cast<std::time_t>(s.count());
+                ts.tv_nsec = static_cast<long>(duration_cast<nanoseconds>(left - s).count());
+            }
+            bound = &ts;
+        }
+        int const rc = ::ppoll(&p, 1, bound, nullptr);
+        if (rc > 0) return true;
+        if (rc == 0) return false;
+        if (errno != EINTR) [[unlikely]]
+            throw_errno("ppoll", what);
+    }
+}
+
+/// The stable address of a movable object `T` (a context, a protection domain, a CQ): a heap
+/// cell that holds the address of the object owning it now. The owner re-points the cell when
+/// it moves; the objects made from it keep the cell (`T* const*`) and so always find their
+/// parent, wherever it has moved to. Empty in a moved-from owner.
+template <class T>
+class anchor {
+public:
+    /// An anchor for `self`.
+    /// @throws std::bad_alloc
+    explicit anchor(T* self) : cell_(std::make_unique<T*>(self)) {}
+    /// Takes `other`'s cell and points it at `self`, the owner `other`'s has moved to.
+    anchor(anchor&& other, T* self) noexcept : cell_(std::move(other.cell_)) { repoint(self); }
+    anchor(anchor const&) = delete;
+    anchor& operator=(anchor const&) = delete;
+    anchor& operator=(anchor&&) = delete;
+    ~anchor() = default;
+
+    /// Drops this cell and takes `other`'s, pointing it at `self` (not for self-moves).
+    void take(anchor&& other, T* self) noexcept {
+        cell_ = std::move(other.cell_);
+        repoint(self);
+    }
+    /// The cell: `**cell()` is the owner, wherever it is now. Null in a moved-from owner.
+    [[nodiscard]] T* const* cell() const noexcept { return cell_.get(); }
+
+private:
+    void repoint(T* self) noexcept {
+        if (cell_) *cell_ = self;
+    }
+    std::unique_ptr<T*> cell_;
+};
+
+} // namespace detail
+} // namespace v0
+} // namespace rdmacxx
