@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
 
 namespace mpi_example {
@@ -29,19 +30,16 @@ inline rx::context open_device(std::string const& name) {
 }
 
 // The next completion of `cq`, which must be a success; a failed completion throws its wc_error,
-// and none within `limit` throws (a peer that died must not hang the program).
+// and none within `limit` throws (a peer that died must not hang the program). Busy-poll CQs spin,
+// event-driven ones sleep on their channel.
 template <class Cq>
 rx::work_completion next_completion(Cq& cq, std::chrono::milliseconds limit = std::chrono::seconds{60}) {
-    auto const deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        for (rx::work_completion const& wc : cq.template poll<1>()) {
-            wc.throw_if_error();
-            return wc;
-        }
-        if (std::chrono::steady_clock::now() > deadline)
-            throw rx::error(std::make_error_code(std::errc::timed_out),
-                            "no completion within " + std::to_string(limit.count()) + " ms");
-    }
+    std::optional<rx::work_completion> wc = cq.wait_one(limit);
+    if (!wc)
+        throw rx::error(std::make_error_code(std::errc::timed_out),
+                        "no completion within " + std::to_string(limit.count()) + " ms");
+    wc->throw_if_error();
+    return *wc;
 }
 
 // Runs `body(argc, argv)` between MPI_Init and MPI_Finalize; an exception is printed (level 2)

@@ -31,31 +31,31 @@ template <class Rep, class Period>
     return now + std::chrono::ceil<clock::duration>(timeout);
 }
 
-/// Waits until `fd` is readable or `deadline` passes: true when readable (or on EINTR, so that the
-/// caller looks again), false when the deadline has passed.
+/// Waits until `fd` is readable or `deadline` passes (time_point::max(): no bound): true when
+/// readable, false when the deadline has passed. A signal (EINTR) restarts the wait with the
+/// time left, so that a true result always means readable.
 /// @throws sys_error when ppoll(2) fails otherwise.
 inline bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline, char const* what) {
     using namespace std::chrono;
-    pollfd p{fd, POLLIN, 0};
-    timespec ts{};
-    timespec const* bound = nullptr;
-    if (deadline != steady_clock::time_point::max()) {
-        auto const left = deadline - steady_clock::now();
-        if (left <= left.zero()) {
-            ts = {0, 0};
-        } else {
-            auto const s = duration_cast<seconds>(left);
-            ts.tv_sec = static_cast<std::time_t>(s.count());
-            ts.tv_nsec = static_cast<long>(duration_cast<nanoseconds>(left - s).count());
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        timespec ts{};
+        timespec const* bound = nullptr;
+        if (deadline != steady_clock::time_point::max()) {
+            auto const left = deadline - steady_clock::now();
+            if (left > left.zero()) {
+                auto const s = duration_cast<seconds>(left);
+                ts.tv_sec = static_cast<std::time_t>(s.count());
+                ts.tv_nsec = static_cast<long>(duration_cast<nanoseconds>(left - s).count());
+            }
+            bound = &ts;
         }
-        bound = &ts;
+        int const rc = ::ppoll(&p, 1, bound, nullptr);
+        if (rc > 0) return true;
+        if (rc == 0) return false;
+        if (errno != EINTR) [[unlikely]]
+            throw_errno("ppoll", what);
     }
-    int const rc = ::ppoll(&p, 1, bound, nullptr);
-    if (rc < 0) {
-        if (errno == EINTR) return true;
-        throw_errno("ppoll", what);
-    }
-    return rc > 0;
 }
 
 /// The stable address of a movable object `T` (a context, a protection domain, a CQ): a heap
