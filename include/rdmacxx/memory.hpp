@@ -135,8 +135,9 @@ private:
 };
 
 /// Remote registered memory: a peer's virtual address, element count and rkey — what an RDMA
-/// WRITE, READ or atomic targets. A plain value (trivially copyable, standard layout, 24 bytes)
-/// to send to a peer as it is. Narrowing is checked against its own length; whether it really
+/// WRITE, READ or atomic targets. A plain value (trivially copyable, standard layout, 24 bytes);
+/// to send it to a peer, `to_bytes()` gives its portable encoding and `from_bytes()` reads it
+/// back on the other side. Narrowing is checked against its own length; whether it really
 /// lies in the peer's region only the peer's HCA can tell (IBV_WC_REM_ACCESS_ERR).
 template <class T>
 class remote_span {

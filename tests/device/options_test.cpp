@@ -7,12 +7,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -73,6 +75,17 @@ struct pair {
     rx::protection_domain pd;
     rx::completion_queue<rx::busy_poll> cq_a, cq_b;
     rx::queue_pair<rx::rc, rx::busy_poll> a, b;
+};
+
+// Joins a thread however the test leaves its scope (its waits are bounded).
+struct joiner {
+    explicit joiner(std::thread& thread) : t(thread) {}
+    joiner(joiner const&) = delete;
+    joiner& operator=(joiner const&) = delete;
+    ~joiner() {
+        if (t.joinable()) t.join();
+    }
+    std::thread& t;
 };
 
 std::string device_ip() {
@@ -247,6 +260,7 @@ TEST_CASE("options: the CM's connection parameters reach both QPs, each on the s
             server_error = std::current_exception();
         }
     });
+    joiner const join_server{srv};
     cm::connection_options opt;
     opt.params.rnr_retry_count = 2;    // the server's sends retry RNR NAKs twice
     opt.params.min_rnr_timer = 2560us; // 16
@@ -274,4 +288,44 @@ TEST_CASE("options: the CM's connection parameters reach both QPs, each on the s
     CHECK(server_attr.max_dest_rd_atomic == std::min(dev.max_qp_init_rd_atom, dev.max_qp_rd_atom));
     CHECK(client_attr.max_rd_atomic > 1);
     CHECK(server_attr.max_rd_atomic > 1);
+}
+
+TEST_CASE("wire: a remote_span encoded into the CM's private data is written to by the peer") {
+    cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+    auto const port = server.port();
+    std::vector<std::byte> target(256);
+    std::exception_ptr server_error;
+    std::thread srv([&] {
+        try {
+            auto req = server.get_request(20s);
+            std::optional<rx::memory_region> mr;
+            std::array<std::byte, rx::remote_span<std::byte>::wire_size> wire{};
+            cm::connection_options opt;
+            auto conn = req.accept<rx::rc, rx::busy_poll>(opt, [&](auto& c) {
+                mr.emplace(
+                    c.pd().register_memory(std::span{target}, rx::access::local_write | rx::access::remote_write));
+                wire = mr->template remote<std::byte>().to_bytes();
+                opt.params.private_data = wire; // accept sends opt.params after this call
+            });
+            (void)conn.wait_disconnected(20s);
+            mr.reset(); // before the connection's PD
+        } catch (...) {
+            server_error = std::current_exception();
+        }
+    });
+    joiner const join_server{srv};
+    {
+        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port));
+        auto const peer = rx::remote_span<std::byte>::from_bytes(conn.peer_private_data());
+        CHECK(peer.size() == target.size());
+        test::buffer src(conn.pd(), 256);
+        test::fill_pattern(src.bytes_, 5);
+        conn.qp().post(rx::write{src.span(), peer}.id(1));
+        auto const wc = next_wc(conn.cq());
+        CHECK(wc.ok());
+        conn.disconnect();
+        srv.join();
+        if (server_error) std::rethrow_exception(server_error);
+        CHECK(target == src.bytes_);
+    }
 }
