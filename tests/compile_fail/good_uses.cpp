@@ -13,3 +13,15 @@ void use(rx::queue_pair<rx::rc, rx::busy_poll>& rc, rx::queue_pair<rx::uc, rx::b
     ud.post(rx::send{local}.to(ah, 1, 2), rx::send_imm{local, 3}.to(ah, 1, 2));
     rc.post_recv(rx::recv{local});
 }
+
+// Spans of const (memory the HCA only reads) send and RDMA WRITE, alone and gathered; a writable
+// span converts to one of const.
+void use_const(rx::queue_pair<rx::rc, rx::busy_poll>& rc, rx::local_span<std::byte const> ro,
+               rx::local_span<std::byte> rw, rx::remote_span<std::byte> remote) {
+    rc.post(rx::send{ro}, rx::send_imm{ro, 1}, rx::write{ro, remote}, rx::write_imm{ro, remote, 2});
+    rc.post(rx::send{rx::gather(ro, rw)}, rx::write{rx::gather(rw, ro), remote});
+    rc.post(rx::read{rx::gather(rw, rw), remote});
+    rc.post_recv(rx::recv{rx::gather(rw, rw)});
+    rx::local_span<std::byte const> const narrowed = rw.first(8);
+    rc.post(rx::send{narrowed});
+}

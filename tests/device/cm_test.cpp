@@ -84,7 +84,7 @@ rx::work_completion wait_ok(rx::completion_queue<Completion>& cq, std::chrono::s
     for (;;) {
         rx::work_completion wc;
         if (cq.poll(std::span{&wc, 1}) == 1) {
-            if (!wc.ok()) throw rx::wc_error(wc.native(), !wc.is_recv());
+            wc.throw_if_error(); // a failed completion's opcode is undefined: no side from it
             return wc;
         }
         if (std::chrono::steady_clock::now() > deadline)
@@ -92,7 +92,7 @@ rx::work_completion wait_ok(rx::completion_queue<Completion>& cq, std::chrono::s
         if constexpr (Completion::uses_channel) {
             cq.arm();
             if (cq.poll(std::span{&wc, 1}) == 1) {
-                if (!wc.ok()) throw rx::wc_error(wc.native(), !wc.is_recv());
+                wc.throw_if_error(); // a failed completion's opcode is undefined: no side from it
                 return wc;
             }
             pollfd pfd{cq.channel()->fd, POLLIN, 0};
