@@ -295,8 +295,8 @@ struct no_preparation {
 /// Thread-safety: one thread at a time.
 class connect_request {
 public:
-    /// Takes the new id and data of a `connect_request` event `e` (which stays the caller's to
-    /// acknowledge).
+    /// Takes the new id and data of a `connect_request` event `e` (already acknowledged; `e` may
+    /// be kept or dropped).
     explicit connect_request(event const& e)
         : id_(e.id()), private_data_(e.private_data_copy()), conn_(e.conn()), ud_(e.ud()) {}
 

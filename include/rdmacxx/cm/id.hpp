@@ -139,7 +139,8 @@ struct connection_parameters {
 
 /// An RDMA CM identifier (`rdma_cm_id`): bound to an event channel, on which every event about
 /// it arrives. Owns the id; move-only; rdma_destroy_id(3) on destruction, which blocks until its
-/// reported events are acknowledged (a `cm::event` does so when it goes out of scope). Destroy a
+/// reported events are acknowledged — a `cm::event` is acknowledged when taken from the channel,
+/// so this never waits, even while such an event is still held. Destroy a
 /// QP made on it (`create_qp`) first, through `destroy_qp`.
 ///
 /// The asynchronous calls (`resolve_address`, `resolve_route`, `connect`, `accept`,
@@ -355,8 +356,8 @@ public:
             rdmacxx::detail::throw_cm_call(rc, "rdma_leave_multicast", "for group " + group.to_string());
     }
 
-    /// Moves the id to `channel`: its later events arrive there. Blocks until the events already
-    /// reported for it are acknowledged.
+    /// Moves the id to `channel`: its later events arrive there. (rdma_migrate_id(3) waits for
+    /// the events already reported for it to be acknowledged: `cm::event`s are, on arrival.)
     /// @throws sys_error when rdma_migrate_id(3) fails.
     /// @see rdma_migrate_id(3)
     void migrate(event_channel& channel) {

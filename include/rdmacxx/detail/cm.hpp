@@ -19,7 +19,7 @@ struct cm_channel_deleter {
 };
 
 /// Deleter of an RDMA CM id (rdma_destroy_id(3)); blocks until the id's reported events are
-/// acknowledged, which `cm::event` guarantees by acknowledging itself.
+/// acknowledged, which `cm::event` guarantees by acknowledging each event the moment it is taken.
 struct cm_id_deleter {
     void operator()(rdma_cm_id* id) const noexcept { (void)::rdma_destroy_id(id); }
 };
