@@ -460,7 +460,8 @@ public:
         if constexpr (Transport::qp_type == IBV_QPT_UD) {
             attr.qkey = opt.qkey;
         } else {
-            if (has(opt.remote_access, access::remote_atomic) && device_limits().atomic_cap == IBV_ATOMIC_NONE)
+            if (has(opt.remote_access, access::remote_atomic) &&
+                detail::device_limits(qp_->context, Transport::name, qp_num()).atomic_cap == IBV_ATOMIC_NONE)
                 [[unlikely]]
                 detail::throw_argument(std::string{"cannot grant remote atomics on "} + Transport::name + " QP " +
                                        std::to_string(qp_num()) + ": the device's atomic_cap is IBV_ATOMIC_NONE");
@@ -490,8 +491,9 @@ public:
         attr.dest_qp_num = remote.qpn;
         attr.rq_psn = remote.psn;
         if constexpr (Transport::qp_type == IBV_QPT_RC) {
-            attr.max_dest_rd_atomic = rd_atomic_depth(opt.max_dest_rd_atomic, device_limits().max_qp_rd_atom,
-                                                      "max_dest_rd_atomic", "max_qp_rd_atom");
+            attr.max_dest_rd_atomic = detail::rd_atomic_depth(
+                opt.max_dest_rd_atomic, detail::device_limits(qp_->context, Transport::name, qp_num()).max_qp_rd_atom,
+                "max_dest_rd_atomic", "max_qp_rd_atom", Transport::name, qp_num());
             attr.min_rnr_timer = opt.min_rnr_timer.code();
         }
         attr.ah_attr = address_vector(port, remote.lid, remote.gid, opt);
@@ -525,15 +527,13 @@ public:
         attr.qp_state = IBV_QPS_RTS;
         attr.sq_psn = psn_;
         if constexpr (Transport::qp_type == IBV_QPT_RC) {
-            if (opt.retry_count > max_retry_count || opt.rnr_retry > rnr_retry_infinite) [[unlikely]]
-                detail::throw_argument("retry_count " + std::to_string(opt.retry_count) + " and rnr_retry " +
-                                       std::to_string(opt.rnr_retry) + " must each be 0 … 7");
-            ibv_device_attr const dev = device_limits();
+            detail::check_retry_counts(opt);
+            ibv_device_attr const dev = detail::device_limits(qp_->context, Transport::name, qp_num());
             attr.timeout = opt.timeout.code();
             attr.retry_cnt = opt.retry_count;
             attr.rnr_retry = opt.rnr_retry;
-            attr.max_rd_atomic =
-                rd_atomic_depth(opt.max_rd_atomic, dev.max_qp_init_rd_atom, "max_rd_atomic", "max_qp_init_rd_atom");
+            attr.max_rd_atomic = detail::rd_atomic_depth(opt.max_rd_atomic, dev.max_qp_init_rd_atom, "max_rd_atomic",
+                                                         "max_qp_init_rd_atom", Transport::name, qp_num());
             modify(attr, Transport::rts_mask, IBV_QPS_RTR);
             atomics_ = dev.atomic_cap != IBV_ATOMIC_NONE;
         } else {
@@ -760,27 +760,6 @@ private:
     template <class W, class...>
     static constexpr int first_opcode() noexcept {
         return W::opcode;
-    }
-
-    // The device's limits (atomic_cap, max_qp_rd_atom, max_qp_init_rd_atom), through the QP's
-    // own verbs context (no parent pointer involved).
-    [[nodiscard]] ibv_device_attr device_limits() const {
-        ibv_device_attr dev{};
-        if (int rc = ::ibv_query_device(qp_->context, &dev); rc != 0) [[unlikely]]
-            detail::throw_sys(rc, "ibv_query_device",
-                              std::string{"for "} + Transport::name + " QP " + std::to_string(qp_num()));
-        return dev;
-    }
-    // The RD-atomic depth asked for, or the device's limit when none was; refuses one over it.
-    [[nodiscard]] std::uint8_t rd_atomic_depth(std::optional<std::uint8_t> asked, int limit, char const* field,
-                                               char const* limit_name) const {
-        auto const max = static_cast<std::uint8_t>(std::clamp(limit, 0, 255));
-        if (!asked) return max;
-        if (*asked > max) [[unlikely]]
-            detail::throw_argument(std::string{field} + " " + std::to_string(*asked) + " is over the device's " +
-                                   limit_name + " of " + std::to_string(max) + " for " + Transport::name + " QP " +
-                                   std::to_string(qp_num()));
-        return *asked;
     }
 
     static ibv_ah_attr address_vector(end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,

@@ -5,11 +5,14 @@
 
 #include "rdmacxx/access.hpp"
 #include "rdmacxx/detail/verbs.hpp"
+#include "rdmacxx/error.hpp"
 #include "rdmacxx/timeouts.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -60,6 +63,36 @@ struct connect_options {
     std::optional<std::uint8_t> max_dest_rd_atomic{};
     std::uint32_t qkey = 0x11111111; ///< UD Q_Key
 };
+
+namespace detail {
+/// The device's limits (atomic_cap, max_qp_rd_atom, max_qp_init_rd_atom) through a QP's own verbs
+/// context. @throws sys_error when ibv_query_device(3) fails.
+[[nodiscard]] inline ibv_device_attr device_limits(ibv_context* ctx, char const* transport, std::uint32_t qpn) {
+    ibv_device_attr dev{};
+    if (int rc = ::ibv_query_device(ctx, &dev); rc != 0) [[unlikely]]
+        throw_sys(rc, "ibv_query_device", std::string{"for "} + transport + " QP " + std::to_string(qpn));
+    return dev;
+}
+
+/// The RD-atomic depth asked for, or the device's `limit` when none was.
+/// @throws argument_error for one over the limit.
+[[nodiscard]] inline std::uint8_t rd_atomic_depth(std::optional<std::uint8_t> asked, int limit, char const* field,
+                                                  char const* limit_name, char const* transport, std::uint32_t qpn) {
+    auto const max = static_cast<std::uint8_t>(std::clamp(limit, 0, 255));
+    if (!asked) return max;
+    if (*asked > max) [[unlikely]]
+        throw_argument(std::string{field} + " " + std::to_string(*asked) + " is over the device's " + limit_name +
+                       " of " + std::to_string(max) + " for " + transport + " QP " + std::to_string(qpn));
+    return *asked;
+}
+
+/// @throws argument_error when `retry_count` or `rnr_retry` is over 7.
+inline void check_retry_counts(connect_options const& opt) {
+    if (opt.retry_count > max_retry_count || opt.rnr_retry > rnr_retry_infinite) [[unlikely]]
+        throw_argument("retry_count " + std::to_string(opt.retry_count) + " and rnr_retry " +
+                       std::to_string(opt.rnr_retry) + " must each be 0 … 7");
+}
+} // namespace detail
 
 } // namespace v0
 } // namespace rdmacxx
