@@ -183,11 +183,11 @@ public:
                                 " ms while disconnecting from " + peer_name());
     }
 
-    /// Waits at most `timeout` for the connection to end: the peer disconnects (or dies), or
-    /// `disconnect` is called (by the monitor thread, or, for a connection on a shared channel,
-    /// by another thread's `handle`). Returns true when it ended — the QP is then in ERR and a
-    /// peer's disconnect has been answered — and false when the timeout passed: the timeout is
-    /// this distinct outcome, never an exception. Never blocks longer than `timeout`.
+    /// Waits at most `timeout` for the connection to end: the peer disconnects or dies (seen by
+    /// the monitor thread, or, for a connection on a shared channel, by another thread's
+    /// `handle`), or `disconnect` is called. Returns true when it ended — the QP is then in ERR
+    /// and a peer's disconnect has been answered — and false when the timeout passed: the
+    /// timeout is this distinct outcome, never an exception. Never blocks longer than `timeout`.
     [[nodiscard]] bool wait_disconnected(std::chrono::milliseconds timeout) requires(Transport::connected) {
         return state() == connection_state::disconnected || monitor_->wait_ended(timeout, true);
     }
