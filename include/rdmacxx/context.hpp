@@ -3,7 +3,7 @@
 /// `context`: an open RDMA device, with its device and port attributes, its GID and P_Key tables
 /// and GID selection.
 
-#include "rdmacxx/detail/wait.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"

@@ -5,6 +5,7 @@
 
 #include "rdmacxx/checked.hpp"
 #include "rdmacxx/context.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/detail/wait.hpp"
 #include "rdmacxx/error.hpp"
 

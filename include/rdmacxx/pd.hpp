@@ -3,6 +3,7 @@
 /// `protection_domain`: the owner of memory regions, QPs and address handles.
 
 #include "rdmacxx/context.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
 
 #include "rdmacxx/access.hpp"

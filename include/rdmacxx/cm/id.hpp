@@ -121,7 +121,7 @@ struct connection_parameters {
             "the CM id is not bound to an RDMA device yet: bind it or resolve an address first");
     // Never-destroyed storage: the contexts belong to librdmacm.
     struct borrowed {
-        explicit borrowed(ibv_context* c) noexcept : ctx(c) {}
+        explicit borrowed(ibv_context* c) : ctx(c) {} // may throw std::bad_alloc (the context's anchor)
         borrowed(borrowed const&) = delete;
         borrowed& operator=(borrowed const&) = delete;
         ~borrowed() {} // NOLINT(modernize-use-equals-default): "= default" would be deleted (union member)

@@ -1,8 +1,7 @@
 #pragma once
 /// @file
-/// Internals of the bounded waits and of the movable parents: deadlines from `std::chrono`
-/// durations, waiting for a file descriptor until a deadline, and `anchor`, the stable address
-/// of an object that may move.
+/// Internals of the bounded waits: deadlines from `std::chrono` durations, and waiting for a file
+/// descriptor until a deadline.
 
 #include "rdmacxx/detail/verbs.hpp"
 #include "rdmacxx/error.hpp"
@@ -12,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 #include <ctime>
-#include <memory>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -57,38 +55,6 @@ inline bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline
             throw_errno("ppoll", what);
     }
 }
-
-/// The stable address of a movable object `T` (a context, a protection domain, a CQ): a heap
-/// cell that holds the address of the object owning it now. The owner re-points the cell when
-/// it moves; the objects made from it keep the cell (`T* const*`) and so always find their
-/// parent, wherever it has moved to. Empty in a moved-from owner.
-template <class T>
-class anchor {
-public:
-    /// An anchor for `self`.
-    /// @throws std::bad_alloc
-    explicit anchor(T* self) : cell_(std::make_unique<T*>(self)) {}
-    /// Takes `other`'s cell and points it at `self`, the owner `other`'s has moved to.
-    anchor(anchor&& other, T* self) noexcept : cell_(std::move(other.cell_)) { repoint(self); }
-    anchor(anchor const&) = delete;
-    anchor& operator=(anchor const&) = delete;
-    anchor& operator=(anchor&&) = delete;
-    ~anchor() = default;
-
-    /// Drops this cell and takes `other`'s, pointing it at `self` (not for self-moves).
-    void take(anchor&& other, T* self) noexcept {
-        cell_ = std::move(other.cell_);
-        repoint(self);
-    }
-    /// The cell: `**cell()` is the owner, wherever it is now. Null in a moved-from owner.
-    [[nodiscard]] T* const* cell() const noexcept { return cell_.get(); }
-
-private:
-    void repoint(T* self) noexcept {
-        if (cell_) *cell_ = self;
-    }
-    std::unique_ptr<T*> cell_;
-};
 
 } // namespace detail
 } // namespace v0
