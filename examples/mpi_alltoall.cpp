@@ -20,7 +20,7 @@ std::byte pattern(int from, int to, unsigned round, std::size_t k) {
 }
 
 int alltoall(int argc, char** argv) {
-    std::size_t block = 64 * 1024;
+    std::size_t block = std::size_t{64} * 1024;
     unsigned rounds = 4;
     std::string device;
     int ib_port = 1;

@@ -74,7 +74,7 @@ namespace detail {
         buf[15 - n++] = digits[v & 0xf];
         v >>= 4;
     } while (v != 0);
-    return std::string(buf + 16 - n, n);
+    return {buf + 16 - n, n};
 }
 
 /// The name of a work request opcode (`ibv_wr_opcode`) as rdmacxx's work requests spell it;

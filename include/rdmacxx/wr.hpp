@@ -269,7 +269,7 @@ public:
     }
 
 private:
-    std::uint32_t imm_;
+    std::uint32_t imm_ = 0;
 };
 template <class T>
 send_imm(local_span<T>, std::uint32_t) -> send_imm<1>;
@@ -289,7 +289,7 @@ public:
     [[nodiscard]] constexpr std::uint32_t rkey() const noexcept { return rkey_; }
 
 protected:
-    constexpr one_sided_base() noexcept : remote_addr_(0), rkey_(0) {} // for the overloads that explain misuse
+    constexpr one_sided_base() noexcept = default; // for the overloads that explain misuse
     template <class U>
     one_sided_base(sg_list<Sges> const& local, remote_span<U> remote, char const* what)
         : send_wr_base<Derived, Sges>(local), remote_addr_(remote.address()), rkey_(remote.rkey()) {
@@ -302,8 +302,8 @@ protected:
     }
 
 private:
-    std::uint64_t remote_addr_;
-    std::uint32_t rkey_;
+    std::uint64_t remote_addr_ = 0;
+    std::uint32_t rkey_ = 0;
 };
 } // namespace detail
 
@@ -361,7 +361,7 @@ public:
         : detail::one_sided_base<write_imm, Sges>(detail::as_sg_list(source), target, name), imm_(imm) {}
     /// Not registered memory: does not compile, with the reason.
     template <detail::unregistered_memory M, class U>
-    write_imm(M const&, remote_span<U>, std::uint32_t) requires(Sges == 1) : imm_(0) {
+    write_imm(M const&, remote_span<U>, std::uint32_t) requires(Sges == 1) {
         static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
     }
     /// The immediate data, host order.
@@ -374,7 +374,7 @@ public:
     }
 
 private:
-    std::uint32_t imm_;
+    std::uint32_t imm_ = 0;
 };
 template <class T, class U>
 write_imm(local_span<T>, remote_span<U>, std::uint32_t) -> write_imm<1>;
@@ -438,7 +438,7 @@ public:
     [[nodiscard]] constexpr std::uint32_t rkey() const noexcept { return rkey_; }
 
 protected:
-    constexpr atomic_base() noexcept : remote_addr_(0), rkey_(0) {} // for the overloads that explain misuse
+    constexpr atomic_base() noexcept = default; // for the overloads that explain misuse
     atomic_base(local_span<std::uint64_t> result, remote_span<std::uint64_t> target)
         : send_wr_base<Derived, 1>(
               sg_list<1>{{ibv_sge{reinterpret_cast<std::uintptr_t>(result.data()), 8, result.lkey()}}, 8}),
@@ -457,8 +457,8 @@ protected:
     }
 
 private:
-    std::uint64_t remote_addr_;
-    std::uint32_t rkey_;
+    std::uint64_t remote_addr_ = 0;
+    std::uint32_t rkey_ = 0;
 };
 } // namespace detail
 
@@ -475,28 +475,27 @@ public:
     /// A result span of const: does not compile, with the reason.
     template <class T>
         requires std::is_const_v<T> compare_swap(local_span<T>, remote_span<std::uint64_t>, std::uint64_t,
-                                                 std::uint64_t)
-            : compare_(0), swap_(0) {
+                                                 std::uint64_t) {
             static_assert(detail::dependent_false<T>, RDMACXX_ATOMIC_RESULT_CONST);
         }
-        /// Not registered memory: does not compile, with the reason.
-        template <detail::unregistered_memory M>
-        compare_swap(M const&, remote_span<std::uint64_t>, std::uint64_t, std::uint64_t) : compare_(0), swap_(0) {
-            static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
-        }
-        /// The value the target is compared with.
-        [[nodiscard]] constexpr std::uint64_t compare() const noexcept { return compare_; }
-        /// The value stored when the comparison holds.
-        [[nodiscard]] constexpr std::uint64_t swap() const noexcept { return swap_; }
-        template <class Transport>
-        void build(ibv_send_wr& wr) const noexcept {
-            fill_common(wr, opcode);
-            fill_atomic(wr, compare_, swap_);
-        }
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M>
+    compare_swap(M const&, remote_span<std::uint64_t>, std::uint64_t, std::uint64_t) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
+    /// The value the target is compared with.
+    [[nodiscard]] constexpr std::uint64_t compare() const noexcept { return compare_; }
+    /// The value stored when the comparison holds.
+    [[nodiscard]] constexpr std::uint64_t swap() const noexcept { return swap_; }
+    template <class Transport>
+    void build(ibv_send_wr& wr) const noexcept {
+        fill_common(wr, opcode);
+        fill_atomic(wr, compare_, swap_);
+    }
 
-    private:
-        std::uint64_t compare_;
-        std::uint64_t swap_;
+private:
+    std::uint64_t compare_ = 0;
+    std::uint64_t swap_ = 0;
 };
 
 /// 64-bit atomic fetch-and-add on the peer: `*target += add`; the old value lands in
@@ -510,24 +509,24 @@ public:
         : atomic_base(result, target), add_(add) {}
     /// A result span of const: does not compile, with the reason.
     template <class T>
-        requires std::is_const_v<T> fetch_add(local_span<T>, remote_span<std::uint64_t>, std::uint64_t) : add_(0) {
+        requires std::is_const_v<T> fetch_add(local_span<T>, remote_span<std::uint64_t>, std::uint64_t) {
             static_assert(detail::dependent_false<T>, RDMACXX_ATOMIC_RESULT_CONST);
         }
-        /// Not registered memory: does not compile, with the reason.
-        template <detail::unregistered_memory M>
-        fetch_add(M const&, remote_span<std::uint64_t>, std::uint64_t) : add_(0) {
-            static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
-        }
-        /// The value added to the target.
-        [[nodiscard]] constexpr std::uint64_t add() const noexcept { return add_; }
-        template <class Transport>
-        void build(ibv_send_wr& wr) const noexcept {
-            fill_common(wr, opcode);
-            fill_atomic(wr, add_, 0);
-        }
+    /// Not registered memory: does not compile, with the reason.
+    template <detail::unregistered_memory M>
+    fetch_add(M const&, remote_span<std::uint64_t>, std::uint64_t) {
+        static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
+    }
+    /// The value added to the target.
+    [[nodiscard]] constexpr std::uint64_t add() const noexcept { return add_; }
+    template <class Transport>
+    void build(ibv_send_wr& wr) const noexcept {
+        fill_common(wr, opcode);
+        fill_atomic(wr, add_, 0);
+    }
 
-    private:
-        std::uint64_t add_;
+private:
+    std::uint64_t add_ = 0;
 };
 
 /// RECV: a receive buffer for one incoming SEND or WRITE with immediate. On UD the first 40

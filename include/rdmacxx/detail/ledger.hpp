@@ -130,7 +130,7 @@ private:
 
 /// The `wc_error` of the failed completion `wc`, with what tracking noted of its request.
 [[nodiscard]] inline wc_error failed_completion_error(ibv_wc const& wc) {
-    if (auto const request = failure_notes::instance().find(wc)) return wc_error(wc, *request);
+    if (auto const request = failure_notes::instance().find(wc)) return {wc, *request};
     return wc_error(wc);
 }
 
