@@ -12,6 +12,8 @@
 //             flushed and its connection reports `disconnected`, within a bound; destructors return;
 //   poweroff  node 2 is powered off mid-stream: IBV_WC_RETRY_EXC_ERR within the bound;
 //             destructors return.
+//   ops       not a fault: WRITE with immediate (3 path MTUs, checked in place with its immediate),
+//             compare-and-swap that swaps and one that does not, fetch-and-add, across the wire.
 //
 // Environment: RDMACXX_ADDR (this node's address, set by softroce), RDMACXX_FAULT_PEER (the
 // client's: the server's address), RDMACXX_SSH (the client's: softroce's ssh wrapper).
