@@ -199,9 +199,10 @@ TEST_CASE("move: every parent moves after its children exist, and every child st
     rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>> ca{pds[0], ccq, ccq}, cb{pds[0], ccq, ccq};
     rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>, rx::extended_post> xa{pds[0], ccq, ccq}, xb{pds[0], ccq, ccq};
     rx::queue_pair<rx::rc, rx::busy_poll> sa{pds[0], cq, cq}, sb{pds[0], cq, cq, srqs[0]};
+    rx::connect_options const grant{.remote_access = rx::access::remote_write}; // the stream WRITEs
     auto connect = [&](auto& a, auto& b) {
-        a.connect(port, b.local_endpoint(port));
-        b.connect(port, a.local_endpoint(port));
+        a.connect(port, b.local_endpoint(port), grant);
+        b.connect(port, a.local_endpoint(port), grant);
     };
     connect(la, lb);
     connect(ea, eb);
