@@ -3,8 +3,10 @@
 // bandwidth, every echo verified). Other ranks join the group and wait.
 //
 //   mpirun -np 2 -H node1,node2 mpi_pingpong [-n ITERATIONS] [-s BYTES] [-d DEVICE] [-i PORT] [-e]
-//                                             [-w] [-b [-t WINDOW]]
+//                                             [-q] [-w] [-b [-t WINDOW]]
 //   (-e: sleep on completion events instead of busy-polling)
+//   (-q: SEND ping-pong as ib_send_lat does it: one send in 16 signaled, so neither side waits for
+//    the ACK of its send before waiting for the next message; without -q every send is awaited)
 //   (-w: RDMA WRITE instead of SEND: ping-pong as ib_write_lat does it, each side polling the last
 //    byte of its buffer for the peer's write, one write in 16 signaled; with -b, a WRITE stream)
 //   (-b: bandwidth, as ib_send_bw/ib_write_bw: rank 0 streams ITERATIONS messages of BYTES to
@@ -42,7 +44,8 @@ void report(rx::mpi_bootstrap& boot, rx::end_port const& port, char const* how, 
 }
 
 template <class Completion>
-int pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, unsigned iterations, std::size_t size) {
+int pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, unsigned iterations, std::size_t size,
+             bool lean) {
     rx::context ctx = mpi_example::open_device(device);
     rx::end_port port{ctx, static_cast<std::uint8_t>(ib_port)};
     rx::protection_domain pd{ctx};
@@ -71,9 +74,10 @@ int pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, un
         if (me == 0) {
             for (std::size_t k = 0; k < size; ++k)
                 send_buf[k] = pattern(k);
+            bool const sig = !lean || i % 16 == 15;
             auto const t0 = std::chrono::steady_clock::now();
-            qp.post(rx::send{send_buf}.id(2));
-            unsigned seen = 0; // the send's completion and the echo's, in either order
+            qp.post(rx::send{send_buf}.id(2).signaled(sig));
+            unsigned seen = sig ? 0U : 2U; // the send's completion and the echo's, in either order
             while (seen != 3)
                 seen |= mpi_example::next_completion(cq).wr_id() == 1 ? 1U : 2U;
             rtt_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
@@ -87,8 +91,10 @@ int pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, un
             while (mpi_example::next_completion(cq).wr_id() != 1) {}
             std::copy(recv_buf.begin(), recv_buf.end(), send_buf.begin());
             qp.post_recv(rx::recv{recv_buf}.id(1));
-            qp.post(rx::send{send_buf}.id(2));
-            while (mpi_example::next_completion(cq).wr_id() != 2) {}
+            bool const sig = !lean || i % 16 == 15;
+            qp.post(rx::send{send_buf}.id(2).signaled(sig));
+            if (sig)
+                while (mpi_example::next_completion(cq).wr_id() != 2) {}
         }
     }
     double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -255,8 +261,9 @@ int run(int argc, char** argv) {
     bool events = false;
     bool use_write = false;
     bool bandwidth = false;
+    bool lean = false;
     unsigned window = 64;
-    for (int c; (c = ::getopt(argc, argv, "n:s:d:i:ewbt:")) != -1;) {
+    for (int c; (c = ::getopt(argc, argv, "n:s:d:i:eqwbt:")) != -1;) {
         switch (c) {
         case 'n':
             iterations = static_cast<unsigned>(std::stoul(optarg));
@@ -273,6 +280,9 @@ int run(int argc, char** argv) {
         case 'e':
             events = true;
             break;
+        case 'q':
+            lean = true;
+            break;
         case 'w':
             use_write = true;
             break;
@@ -283,7 +293,7 @@ int run(int argc, char** argv) {
             window = static_cast<unsigned>(std::stoul(optarg));
             break;
         default:
-            std::fprintf(stderr, "usage: mpi_pingpong [-n ITERATIONS] [-s BYTES] [-d DEVICE] [-i PORT] [-e] [-w] "
+            std::fprintf(stderr, "usage: mpi_pingpong [-n ITERATIONS] [-s BYTES] [-d DEVICE] [-i PORT] [-e] [-q] [-w] "
                                  "[-b [-t WINDOW]]\n");
             return 2;
         }
@@ -297,8 +307,8 @@ int run(int argc, char** argv) {
     if (use_write)
         return events ? write_pingpong<rx::event_driven>(boot, device, ib_port, iterations, size)
                       : write_pingpong<rx::busy_poll>(boot, device, ib_port, iterations, size);
-    return events ? pingpong<rx::event_driven>(boot, device, ib_port, iterations, size)
-                  : pingpong<rx::busy_poll>(boot, device, ib_port, iterations, size);
+    return events ? pingpong<rx::event_driven>(boot, device, ib_port, iterations, size, lean)
+                  : pingpong<rx::busy_poll>(boot, device, ib_port, iterations, size, lean);
 }
 } // namespace
 
