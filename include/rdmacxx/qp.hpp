@@ -250,8 +250,7 @@ private:
         qp_.reset(::ibv_create_qp_ex(verbs, &ex));
         if (!qp_) [[unlikely]]
             detail::throw_errno("ibv_create_qp_ex", [&] {
-                return std::string{"for a "} + Transport::name +
-                       " QP with the extended post API (ibv_wr_*) on " +
+                return std::string{"for a "} + Transport::name + " QP with the extended post API (ibv_wr_*) on " +
                        std::string{::ibv_get_device_name(verbs->device)} +
                        ": the device may not support it; use legacy_post";
             });
