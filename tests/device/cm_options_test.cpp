@@ -82,45 +82,52 @@ TEST_SUITE("cm options") {
     TEST_CASE("cm options: type of service becomes both QPs' traffic class, the ACK timeout the QP's timeout") {
         constexpr std::uint8_t tos = 0x68; // DSCP 26 (AF31), ECN 0
         rx::ack_timeout const client_timeout = 50ms, server_timeout = 200ms;
-        cm::listener<rx::rc> server{device_address(), cm::listener_options{.type_of_service = tos}};
-        std::uint16_t const port = server.port();
-        ibv_qp_attr server_attr{};
-        std::string server_got;
-        worker srv([&] {
+        // The passive QP takes the traffic class from the connect request: the listener need
+        // not set it (second pass), though it may (first pass).
+        for (bool const listener_sets_tos : {true, false}) {
+            CAPTURE(listener_sets_tos);
+            cm::listener_options lopt;
+            if (listener_sets_tos) lopt.type_of_service = tos;
+            cm::listener<rx::rc> server{device_address(), lopt};
+            std::uint16_t const port = server.port();
+            ibv_qp_attr server_attr{};
+            std::string server_got;
+            worker srv([&] {
+                cm::connection_options opt;
+                opt.params.timeout = server_timeout;
+                auto conn = server.accept<rx::busy_poll>(20s, opt);
+                server_attr = query(conn.qp().native_handle());
+                test::buffer buf(conn.pd(), 256);
+                conn.qp().post_recv(rx::recv{buf.span()});
+                auto const wc = next_wc(conn.cq());
+                server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
+                (void)conn.wait_disconnected(20s);
+            });
             cm::connection_options opt;
-            opt.params.timeout = server_timeout;
-            auto conn = server.accept<rx::busy_poll>(20s, opt);
-            server_attr = query(conn.qp().native_handle());
-            test::buffer buf(conn.pd(), 256);
-            conn.qp().post_recv(rx::recv{buf.span()});
-            auto const wc = next_wc(conn.cq());
-            server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
-            (void)conn.wait_disconnected(20s);
-        });
-        cm::connection_options opt;
-        opt.type_of_service = tos;
-        opt.params.timeout = std::chrono::milliseconds{50}; // a duration, rounded up to 4.096 µs × 2ⁿ
-        auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
-        ibv_qp_attr const client_attr = query(conn.qp().native_handle());
-        std::string const msg = "sent with DSCP 26";
-        test::buffer out(conn.pd(), msg.size());
-        std::memcpy(out.bytes_.data(), msg.data(), msg.size());
-        conn.qp().post(rx::send{out.span()});
-        (void)next_wc(conn.cq());
-        conn.disconnect(20s);
-        srv.join();
+            opt.type_of_service = tos;
+            opt.params.timeout = std::chrono::milliseconds{50}; // a duration, rounded up to 4.096 µs × 2ⁿ
+            auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
+            ibv_qp_attr const client_attr = query(conn.qp().native_handle());
+            std::string const msg = "sent with DSCP 26";
+            test::buffer out(conn.pd(), msg.size());
+            std::memcpy(out.bytes_.data(), msg.data(), msg.size());
+            conn.qp().post(rx::send{out.span()});
+            (void)next_wc(conn.cq());
+            conn.disconnect(20s);
+            srv.join();
 
-        MESSAGE("client QP: traffic class " << int{client_attr.ah_attr.grh.traffic_class} << ", timeout code "
-                                            << int{client_attr.timeout} << "; server QP: traffic class "
-                                            << int{server_attr.ah_attr.grh.traffic_class} << ", timeout code "
-                                            << int{server_attr.timeout});
-        CHECK(client_attr.qp_state == IBV_QPS_RTS);
-        CHECK(client_attr.ah_attr.grh.traffic_class == tos);
-        CHECK(server_attr.ah_attr.grh.traffic_class == tos);
-        CHECK(client_attr.timeout == client_timeout.code());
-        CHECK(client_timeout.code() == 14); // 67.1 ms, the first step at least 50 ms
-        CHECK(server_attr.timeout == server_timeout.code());
-        CHECK(server_got == msg);
+            MESSAGE("client QP: traffic class " << int{client_attr.ah_attr.grh.traffic_class} << ", timeout code "
+                                                << int{client_attr.timeout} << "; server QP: traffic class "
+                                                << int{server_attr.ah_attr.grh.traffic_class} << ", timeout code "
+                                                << int{server_attr.timeout});
+            CHECK(client_attr.qp_state == IBV_QPS_RTS);
+            CHECK(client_attr.ah_attr.grh.traffic_class == tos);
+            CHECK(server_attr.ah_attr.grh.traffic_class == tos);
+            CHECK(client_attr.timeout == client_timeout.code());
+            CHECK(client_timeout.code() == 14); // 67.1 ms, the first step at least 50 ms
+            CHECK(server_attr.timeout == server_timeout.code());
+            CHECK(server_got == msg);
+        }
     }
 
     TEST_CASE("cm options: reuseaddr lets ids share a bound port, and a listener binds a just-closed port") {

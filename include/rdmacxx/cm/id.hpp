@@ -483,8 +483,7 @@ private:
     void set_option(int name, char const* option, void* value, std::size_t size) {
         if (int rc = ::rdma_set_option(handle_.get(), RDMA_OPTION_ID, name, value, size); rc != 0) [[unlikely]] {
             int const err = rdmacxx::detail::cm_errno(rc);
-            throw unsupported_error(err, std::string{"rdma_set_option("} + option +
-                                             ") failed: " + std::system_category().message(err) +
+            throw unsupported_error(err, std::string{"rdma_set_option("} + option + ") refused" +
                                              (has_device() ? " on " + std::string{context().name()} : std::string{}));
         }
     }
