@@ -476,13 +476,17 @@ public:
 
     /// INIT → RTR towards `remote` (RC, UC): path MTU (the smaller of `opt.path_mtu`, or the
     /// port's active MTU, and `remote.path_mtu` when set), remote QPN and PSN, address vector
-    /// (with a GRH from `port`'s GID whenever the remote GID is set, as RoCE needs), and on RC the
-    /// responder's `max_dest_rd_atomic` and `min_rnr_timer`.
-    /// @throws argument_error when the path MTU exceeds the port's active MTU or
-    ///         `max_dest_rd_atomic` the device's `max_qp_rd_atom`; sys_error naming the transition
+    /// (SL `opt.service_level`; a GRH from `port`'s GID with `opt`'s hop limit, traffic class and
+    /// flow label whenever the remote GID is set, as RoCE needs), and on RC the responder's
+    /// `max_dest_rd_atomic` and `min_rnr_timer`.
+    /// @throws argument_error when the flow label is over 20 bits, the SL over 15, the path MTU
+    ///         exceeds the port's active MTU or `max_dest_rd_atomic` the device's
+    ///         `max_qp_rd_atom` (nothing is changed then); sys_error naming the transition
     ///         and mask when ibv_modify_qp(3) fails.
     void to_rtr(end_port const& port, endpoint const& remote,
                 connect_options const& opt = {}) requires(Transport::connected) {
+        detail::check_qos(opt.flow_label, opt.service_level,
+                          std::string{Transport::name} + " QP " + std::to_string(qp_num()));
         ibv_mtu mtu = opt.path_mtu == ibv_mtu{} ? port.attributes().active_mtu() : opt.path_mtu;
         if (mtu_bytes(mtu) > mtu_bytes(port.attributes().active_mtu())) [[unlikely]]
             detail::throw_argument("path MTU " + std::to_string(mtu_bytes(mtu)) + " exceeds the active MTU " +
@@ -777,6 +781,8 @@ private:
             ah.grh.dgid = remote_gid.native();
             ah.grh.sgid_index = static_cast<std::uint8_t>(port.gid().index);
             ah.grh.hop_limit = opt.hop_limit;
+            ah.grh.traffic_class = opt.traffic_class;
+            ah.grh.flow_label = opt.flow_label;
         }
         return ah;
     }

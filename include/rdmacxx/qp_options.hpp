@@ -38,9 +38,19 @@ struct connect_options {
     /// The largest path MTU; 0: the port's active MTU. `connect` uses the smaller of this and the
     /// remote endpoint's `path_mtu`, so both sides agree.
     ibv_mtu path_mtu = ibv_mtu{};
-    std::uint16_t pkey_index = 0;   ///< P_Key table index
-    std::uint8_t service_level = 0; ///< SL
-    std::uint8_t hop_limit = 64;    ///< GRH hop limit
+    std::uint16_t pkey_index = 0; ///< P_Key table index
+    /// SL: the service level of the path (InfiniBand: the VL it maps to; RoCE: the 802.1p
+    /// priority of the frames, where the device maps it). 0 … 15.
+    std::uint8_t service_level = 0;
+    std::uint8_t hop_limit = 64; ///< GRH hop limit
+    /// GRH traffic class (RoCE: the IP header's DSCP and ECN bits, DSCP = traffic_class >> 2):
+    /// the QoS class of every packet this QP sends. The RDMA CM derives it from the id's type of
+    /// service (`cm::id::set_type_of_service`) instead.
+    std::uint8_t traffic_class = 0;
+    /// GRH flow label, 20 bits (0 … 0xFFFFF): packets of one flow stay on one path (RoCE v2: the
+    /// kernel may derive the UDP source port from it). 0: none chosen. Over 20 bits, `connect`
+    /// (`to_rtr`) throws argument_error before anything reaches the device.
+    std::uint32_t flow_label = 0;
     /// This QP as a **sender** (RC): how long it waits for an ACK before retransmitting, rounded
     /// up to 4.096 µs × 2ⁿ (see `ack_timeout`); 67 ms → n = 14, 67.1 ms.
     rdmacxx::ack_timeout timeout = std::chrono::milliseconds{67};
@@ -64,6 +74,9 @@ struct connect_options {
     std::uint32_t qkey = 0x11111111; ///< UD Q_Key
 };
 
+/// The largest GRH flow label: 20 bits.
+inline constexpr std::uint32_t max_flow_label = 0xFFFFF;
+
 namespace detail {
 /// The device's limits (atomic_cap, max_qp_rd_atom, max_qp_init_rd_atom) through a QP's own verbs
 /// context. @throws sys_error when ibv_query_device(3) fails.
@@ -84,6 +97,17 @@ namespace detail {
         throw_argument(std::string{field} + " " + std::to_string(*asked) + " is over the device's " + limit_name +
                        " of " + std::to_string(max) + " for " + transport + " QP " + std::to_string(qpn));
     return *asked;
+}
+
+/// @throws argument_error when `flow_label` is over 20 bits or `service_level` over 15; `what`
+/// names the object it was meant for.
+inline void check_qos(std::uint32_t flow_label, std::uint8_t service_level, std::string const& what) {
+    if (flow_label > max_flow_label) [[unlikely]]
+        throw_argument("flow label " + std::to_string(flow_label) + " for " + what +
+                       " is over 20 bits (at most 1048575); nothing was changed");
+    if (service_level > 15) [[unlikely]]
+        throw_argument("service level " + std::to_string(service_level) + " for " + what +
+                       " is over 15; nothing was changed");
 }
 
 /// @throws argument_error when `retry_count` or `rnr_retry` is over 7.

@@ -1,10 +1,13 @@
 #pragma once
 /// @file
-/// `cm::address`: an IPv4 or IPv6 socket address (host and port) for the RDMA CM.
+/// `cm::address`: an IPv4, IPv6 or AF_IB socket address (host and port) for the RDMA CM.
 
 #include "rdmacxx/cm/error.hpp"
+#include "rdmacxx/detail/cm.hpp"
+#include "rdmacxx/gid.hpp"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -61,12 +64,29 @@ public:
         return a;
     }
 
+    /// An AF_IB address (`sockaddr_ib`): port GID `g`, P_Key `pkey`, and `port` (host order) in
+    /// the RDMA CM's TCP service-ID range (service ID 0x10600 + port), as rdma_cm(7) describes.
+    /// AF_IB needs an InfiniBand port: on RoCE (e.g. rxe) `cm::id::bind` and `resolve_address`
+    /// refuse it with `unsupported_error`.
+    [[nodiscard]] static address ib(gid const& g, std::uint16_t port, std::uint16_t pkey = 0xffff) noexcept {
+        address a;
+        auto& sib = a.as<sockaddr_ib>();
+        sib.sib_family = AF_IB;
+        sib.sib_pkey = htons(pkey);
+        auto const raw = g.native();
+        std::memcpy(&sib.sib_addr, raw.raw, sizeof raw.raw);
+        sib.sib_sid = htobe64(RDMA_IB_IP_PS_TCP | port);
+        sib.sib_sid_mask = htobe64(RDMA_IB_IP_PS_MASK | 0xffff);
+        return a;
+    }
+
     /// AF_INET, AF_INET6, AF_IB or AF_UNSPEC.
     [[nodiscard]] int family() const noexcept { return storage_.ss_family; }
     /// The port, host order (0 for AF_UNSPEC).
     [[nodiscard]] std::uint16_t port() const noexcept {
         if (family() == AF_INET) return ntohs(as<sockaddr_in>().sin_port);
         if (family() == AF_INET6) return ntohs(as<sockaddr_in6>().sin6_port);
+        if (family() == AF_IB) return static_cast<std::uint16_t>(be64toh(as<sockaddr_ib>().sib_sid) & 0xffff);
         return 0;
     }
     /// The same host at another `port` (host order).
@@ -92,6 +112,10 @@ public:
         if (family() == AF_INET6) {
             ::inet_ntop(AF_INET6, &as<sockaddr_in6>().sin6_addr, buf, sizeof buf);
             return '[' + std::string{buf} + "]:" + std::to_string(port());
+        }
+        if (family() == AF_IB) {
+            ::inet_ntop(AF_INET6, &as<sockaddr_ib>().sib_addr, buf, sizeof buf);
+            return "AF_IB [" + std::string{buf} + "]:" + std::to_string(port());
         }
         return family() == AF_UNSPEC ? "unspecified" : "address of family " + std::to_string(family());
     }

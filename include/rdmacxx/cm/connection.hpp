@@ -38,6 +38,24 @@ struct connection_options {
     std::chrono::milliseconds resolve_timeout{2000}; ///< address and route resolution, each
     std::chrono::milliseconds event_timeout{10000};  ///< any other awaited event
     std::optional<address> source{};                 ///< local address to connect from
+    /// Type of service (RFC 2474 DSCP << 2 | ECN) of the connection: on RoCE the QP's GRH traffic
+    /// class. Set on the id before the route is resolved (`id::set_type_of_service`); empty:
+    /// the kernel's default, 0.
+    std::optional<std::uint8_t> type_of_service{};
+    /// Share `source`'s port with other ids that ask for it too (`id::set_reuse_address`).
+    bool reuse_address = false;
+};
+
+/// Settings of a `listener`'s id, applied before it binds.
+struct listener_options {
+    int backlog = 16; ///< pending connect requests at most (rdma_listen(3))
+    /// Share the port with other ids that ask for it too (`id::set_reuse_address`), as
+    /// SO_REUSEADDR: a restarted server binds its port while ids of the old one linger.
+    bool reuse_address = false;
+    /// Type of service of the listening id (`id::set_type_of_service`); empty: the kernel's.
+    std::optional<std::uint8_t> type_of_service{};
+    /// IPv6 (or AF_IB) only (`id::set_address_family_only`); empty: the kernel's default.
+    std::optional<bool> address_family_only{};
 };
 
 namespace detail {
@@ -260,6 +278,8 @@ template <transport Transport, completion_strategy Completion>
     std::string const what = "connecting to " + destination.to_string();
     auto channel = std::make_unique<event_channel>();
     cm::id cm_id{*channel, port_space_for<Transport>};
+    if (opt.type_of_service) cm_id.set_type_of_service(*opt.type_of_service);
+    if (opt.reuse_address) cm_id.set_reuse_address(true);
     cm_id.resolve_address(destination, opt.resolve_timeout, opt.source ? &*opt.source : nullptr);
     (void)detail::expect(*channel, event_type::addr_resolved, opt.resolve_timeout + std::chrono::milliseconds{1000},
                          "resolving the address of " + destination.to_string());
@@ -269,7 +289,11 @@ template <transport Transport, completion_strategy Completion>
     connection<Transport, Completion> c{std::move(channel), std::move(cm_id), opt.cq_entries};
     c.create_qp(opt.caps);
     c.id_.connect(opt.params);
-    event e = detail::expect(*c.channel_, event_type::established, opt.event_timeout, what);
+    // UC: librdmacm reports connect_response (its QP is not on the id) and `establish` finishes.
+    constexpr bool uc = Transport::qp_type == IBV_QPT_UC;
+    event e = detail::expect(*c.channel_, uc ? event_type::connect_response : event_type::established,
+                             opt.event_timeout, what);
+    if constexpr (uc) c.id_.establish();
     c.id_.set_min_rnr_timer(opt.params.min_rnr_timer); // the CM's RTR set 655 ms; the QP is in RTS now
     c.peer_private_data_ = e.private_data_copy();
     if constexpr (Transport::connected) {
@@ -388,9 +412,18 @@ class listener {
 public:
     /// Binds to `local` (port 0: a free port, see `port()`) and listens with `backlog`.
     /// @throws address_error when the address cannot be bound; sys_error when a call fails.
-    explicit listener(address const& local, int backlog = 16) : id_(channel_, port_space_for<Transport>) {
+    explicit listener(address const& local, int backlog = 16) : listener(local, listener_options{.backlog = backlog}) {}
+
+    /// Sets `opt`'s options on the id, binds to `local` and listens with `opt.backlog`.
+    /// @throws unsupported_error when an option is refused; address_error when the address
+    ///         cannot be bound (EADDRINUSE: the port is taken, or was just closed and
+    ///         `reuse_address` is off); sys_error when a call fails.
+    listener(address const& local, listener_options const& opt) : id_(channel_, port_space_for<Transport>) {
+        if (opt.reuse_address) id_.set_reuse_address(true);
+        if (opt.type_of_service) id_.set_type_of_service(*opt.type_of_service);
+        if (opt.address_family_only) id_.set_address_family_only(*opt.address_family_only);
         id_.bind(local);
-        id_.listen(backlog);
+        id_.listen(opt.backlog);
     }
 
     /// The port listened on (host order).

@@ -170,10 +170,13 @@ public:
 
     /// Binds to a local `addr` (port 0 picks a free one); a specific IP address also binds the
     /// id to that address's RDMA device.
-    /// @throws address_error when the address is not usable (EADDRINUSE, EADDRNOTAVAIL, ENODEV);
-    ///         sys_error when rdma_bind_addr(3) fails otherwise.
+    /// @throws unsupported_error for an AF_IB address on a host with no InfiniBand port (RoCE
+    ///         only), before rdma_bind_addr(3) is called; address_error when the address is not
+    ///         usable (EADDRINUSE, EADDRNOTAVAIL, ENODEV); sys_error when rdma_bind_addr(3) fails
+    ///         otherwise.
     /// @see rdma_bind_addr(3)
     void bind(address addr) {
+        check_address_family(addr, "rdma_bind_addr");
         if (int rc = ::rdma_bind_addr(handle_.get(), addr.native()); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_bind_addr", "for " + addr.to_string(), true);
     }
@@ -189,11 +192,14 @@ public:
 
     /// Starts resolving `destination` to a local RDMA device (event `addr_resolved` or
     /// `addr_error`), from `source` when given. `timeout` bounds the resolution (milliseconds).
-    /// @throws route_not_found_error (ENETUNREACH, EHOSTUNREACH), address_error when the call
-    ///         fails at once; sys_error otherwise.
+    /// @throws unsupported_error for an AF_IB address on a host with no InfiniBand port, before
+    ///         the call; route_not_found_error (ENETUNREACH, EHOSTUNREACH), address_error when the
+    ///         call fails at once; sys_error otherwise.
     /// @see rdma_resolve_addr(3)
     void resolve_address(address destination, std::chrono::milliseconds timeout, address const* source = nullptr) {
         address src = source != nullptr ? *source : address{};
+        check_address_family(destination, "rdma_resolve_addr");
+        if (source != nullptr) check_address_family(src, "rdma_resolve_addr");
         if (int rc = ::rdma_resolve_addr(handle_.get(), source != nullptr ? src.native() : nullptr,
                                          destination.native(), static_cast<int>(timeout.count()));
             rc != 0) [[unlikely]]
@@ -212,10 +218,15 @@ public:
 
     /// Creates a queue pair of transport `Transport` on this id, in `pd` (which must be on this
     /// id's device: `verbs_context(native_handle()->verbs)`), with completions on `send_cq` and
-    /// `recv_cq`. The CM moves it through its states: RC and UC to INIT now and to RTS when
-    /// connected; UD straight to RTS with Q_Key RDMA_UDP_QKEY. The queue pair must be destroyed
-    /// through `destroy_qp` before this id.
-    /// @throws sys_error when rdma_create_qp(3) fails.
+    /// `recv_cq`. The CM moves it through its states: RC to INIT now and to RTS when connected;
+    /// UD straight to RTS with Q_Key RDMA_UDP_QKEY. UC is made with ibv_create_qp(3) and moved
+    /// to INIT here, to RTR and RTS by `accept` (passive) or `establish` (active, after
+    /// `connect_response`) with the CM's attributes less RC's (the TCP port space's kernel
+    /// attributes are RC's, which ibv_modify_qp(3) refuses on UC); it joins the id
+    /// (`native_handle()->qp`) once connected. The queue pair must be destroyed through
+    /// `destroy_qp` before this id.
+    /// @throws sys_error when rdma_create_qp(3), ibv_create_qp(3), rdma_init_qp_attr(3) or
+    ///         ibv_modify_qp(3) fails.
     /// @see rdma_create_qp(3)
     template <transport Transport, completion_strategy Completion>
     [[nodiscard]] queue_pair<Transport, Completion>
@@ -230,8 +241,28 @@ public:
         init.cap.max_recv_sge = caps.max_recv_sge;
         init.cap.max_inline_data = caps.max_inline_data;
         init.qp_type = Transport::qp_type;
-        if (int rc = ::rdma_create_qp(handle_.get(), pd.native_handle(), &init); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_create_qp", std::string{"for a "} + Transport::name + " QP");
+        ibv_qp* made = nullptr;
+        if constexpr (Transport::qp_type == IBV_QPT_UC) {
+            // Not rdma_create_qp: librdmacm would move an id's QP to RTR and RTS itself with the
+            // kernel's attributes for the port space, which are RC's on the TCP port space, and
+            // ibv_modify_qp refuses RC-only attributes on a UC QP. The QP stays off the id
+            // (`native_handle()->qp` null) until connected; `connect`/`establish`/`accept` move
+            // it with the CM's attributes, stripped to UC's.
+            made = ::ibv_create_qp(pd.native_handle(), &init);
+            if (made == nullptr) [[unlikely]]
+                rdmacxx::detail::throw_errno("ibv_create_qp", "for a UC QP on a CM id");
+            try {
+                modify_with_cm(made, IBV_QPS_INIT);
+            } catch (...) {
+                (void)::ibv_destroy_qp(made);
+                throw;
+            }
+            uc_.qp = made;
+        } else {
+            if (int rc = ::rdma_create_qp(handle_.get(), pd.native_handle(), &init); rc != 0) [[unlikely]]
+                rdmacxx::detail::throw_cm_call(rc, "rdma_create_qp", std::string{"for a "} + Transport::name + " QP");
+            made = handle_->qp;
+        }
         std::uint32_t mtu = 0;
         if constexpr (!Transport::connected) {
             ibv_port_attr port{};
@@ -240,7 +271,7 @@ public:
         try {
             return queue_pair<Transport, Completion>{adopt_qp,
                                                      pd,
-                                                     handle_->qp,
+                                                     made,
                                                      {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge,
                                                       init.cap.max_recv_sge, init.cap.max_inline_data},
                                                      mtu,
@@ -248,6 +279,7 @@ public:
                                                      recv_cq};
         } catch (...) { // the ledger of a checked QP could not be made, and the QP is gone with it
             handle_->qp = nullptr;
+            uc_.qp = nullptr;
             throw;
         }
     }
@@ -256,51 +288,110 @@ public:
     template <transport Transport, completion_strategy Completion>
     void destroy_qp(queue_pair<Transport, Completion>& qp) noexcept {
         if (handle_ && handle_->qp == qp.native_handle()) handle_->qp = nullptr;
+        if (uc_.qp == qp.native_handle()) uc_.qp = nullptr;
         qp = queue_pair<Transport, Completion>{adopt_qp, qp.pd(), nullptr, {}};
     }
 
     /// Starts connecting (RC: a connection; UD: a service lookup) with `params` (event
     /// `established`, or `rejected`, `unreachable`, `connect_error`; `connect_response` when no
-    /// QP was created on the id). Sets `params.timeout` first when given. The CM leaves an RC QP's
-    /// minimum RNR timer at 655 ms: once `established` came, call `set_min_rnr_timer` with
+    /// QP was created on the id, or it is UC: then call `establish`). Sets `params.timeout` first when given. The CM
+    /// leaves an RC QP's minimum RNR timer at 655 ms: once `established` came, call `set_min_rnr_timer` with
     /// `params.min_rnr_timer` (`cm::connect` does).
     /// @throws argument_error for private data over the limit or a retry count over 7 (nothing
-    ///         sent); sys_error when rdma_set_option(3) or rdma_connect(3) fails.
+    ///         sent); unsupported_error when rdma_set_option(3) refuses the ACK timeout; sys_error when
+    ///         rdma_connect(3) fails.
     /// @see rdma_connect(3)
     void connect(connection_parameters const& params = {}) {
         check_private_data(params.private_data, private_data_message::connect, space());
         check_retries(params);
         if (params.timeout) set_ack_timeout(*params.timeout);
         rdma_conn_param p = native_params(params);
+        if (uc_.qp != nullptr) p.qp_num = uc_.qp->qp_num; // the QP is not on the id (see create_qp)
         if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
     }
 
-    /// Accepts the connect request this id came with (event `established` follows on RC). Sets
-    /// `params.timeout` first when given, and `params.min_rnr_timer` on the id's RC QP after
-    /// (librdmacm has moved it to RTS).
+    /// Active side, UC: completes the connection once `connect_response` came (a UC QP made by
+    /// `create_qp` is not on the id, so librdmacm reports `connect_response`, not
+    /// `established`): moves the QP to RTR and RTS with the CM's attributes stripped of RC's
+    /// (rdma_init_qp_attr(3) + ibv_modify_qp(3)), then sends the RTU (rdma_establish(3)).
+    /// `cm::connect` calls it. Afterwards the QP is the id's, so `disconnect` moves it to ERR.
+    /// Does nothing when no UC QP waits.
+    /// @throws sys_error when rdma_init_qp_attr(3), ibv_modify_qp(3) or rdma_establish(3) fails.
+    void establish() {
+        if (uc_.qp == nullptr) return;
+        modify_with_cm(uc_.qp, IBV_QPS_INIT); // INIT → INIT: the access flags the connection granted
+        modify_with_cm(uc_.qp, IBV_QPS_RTR);
+        modify_with_cm(uc_.qp, IBV_QPS_RTS);
+        if (int rc = ::rdma_establish(handle_.get()); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_establish", "to " + peer_address().to_string());
+        handle_->qp = std::exchange(uc_.qp, nullptr);
+    }
+
+    /// Accepts the connect request this id came with (event `established` follows on RC and
+    /// UC). Sets `params.timeout` first when given, and `params.min_rnr_timer` on the id's RC QP
+    /// after (librdmacm has moved it to RTS); a UC QP from `create_qp` is moved to RTS first.
     /// @throws argument_error for private data over the limit or a retry count over 7 (nothing
-    ///         sent); sys_error when rdma_set_option(3), rdma_accept(3) or ibv_modify_qp(3) fails.
+    ///         sent); unsupported_error when rdma_set_option(3) refuses the ACK timeout; sys_error
+    ///         when rdma_accept(3), rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
     /// @see rdma_accept(3)
     void accept(connection_parameters const& params = {}) {
         check_private_data(params.private_data, private_data_message::accept, space());
         check_retries(params);
         if (params.timeout) set_ack_timeout(*params.timeout);
         rdma_conn_param p = native_params(params);
+        if (uc_.qp != nullptr) { // UC: moved here, as librdmacm would with RC's attributes (see create_qp)
+            modify_with_cm(uc_.qp, IBV_QPS_INIT);
+            modify_with_cm(uc_.qp, IBV_QPS_RTR);
+            modify_with_cm(uc_.qp, IBV_QPS_RTS);
+            p.qp_num = uc_.qp->qp_num;
+        }
         if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
+        if (uc_.qp != nullptr) handle_->qp = std::exchange(uc_.qp, nullptr);
         set_min_rnr_timer(params.min_rnr_timer); // librdmacm has moved an RC QP to RTS
     }
 
     /// Sets the local ACK timeout of the QP this id connects (RC), before `connect` or `accept`
-    /// (which do so themselves when `connection_parameters::timeout` is set).
-    /// @throws sys_error when rdma_set_option(3) fails (an old kernel without the option).
+    /// (which do so themselves when `connection_parameters::timeout` is set): a duration, rounded
+    /// up to 4.096 µs × 2ⁿ (`rdmacxx::ack_timeout`), e.g. `set_ack_timeout(50ms)` sets code 14,
+    /// 67.1 ms. It governs this side as a **sender** (requester): the CM puts it in the QP's
+    /// RTS attributes (`timeout` in ibv_query_qp(3)).
+    /// @throws unsupported_error when rdma_set_option(3) refuses the option (an old kernel).
     /// @see rdma_set_option(3)
     void set_ack_timeout(rdmacxx::ack_timeout timeout) {
         std::uint8_t code = timeout.code();
-        if (int rc = ::rdma_set_option(handle_.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &code, sizeof code);
-            rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_set_option", "RDMA_OPTION_ID_ACK_TIMEOUT");
+        set_option(RDMA_OPTION_ID_ACK_TIMEOUT, "RDMA_OPTION_ID_ACK_TIMEOUT", &code, sizeof code);
+    }
+
+    /// Sets the type of service (RFC 2474: DSCP in the upper 6 bits, ECN in the lower 2) of the
+    /// connection this id makes, before `resolve_route` on the active side or `listen` on the
+    /// passive one. On RoCE it becomes the GRH traffic class of the QP (`ah_attr.grh.
+    /// traffic_class` in ibv_query_qp(3)), and the kernel may map it to a service level.
+    /// @throws unsupported_error when rdma_set_option(3) refuses it.
+    /// @see rdma_set_option(3) (RDMA_OPTION_ID_TOS)
+    void set_type_of_service(std::uint8_t tos) {
+        set_option(RDMA_OPTION_ID_TOS, "RDMA_OPTION_ID_TOS", &tos, sizeof tos);
+    }
+
+    /// Lets this id share its address and port with other ids that ask for it too, as
+    /// SO_REUSEADDR does for sockets (several ids bound to one port; a listener's port taken
+    /// again while connections from it linger). Call before `bind`; a listening id takes it no
+    /// more (rdma_listen(3) claims the port alone).
+    /// @throws unsupported_error when rdma_set_option(3) refuses it (EINVAL on a listening id).
+    /// @see rdma_set_option(3) (RDMA_OPTION_ID_REUSEADDR)
+    void set_reuse_address(bool on) {
+        int v = on ? 1 : 0;
+        set_option(RDMA_OPTION_ID_REUSEADDR, "RDMA_OPTION_ID_REUSEADDR", &v, sizeof v);
+    }
+
+    /// Binds an IPv6 (or AF_IB) id to its own address family only (true), or lets an IPv6
+    /// wildcard also take IPv4 (false), as IPV6_V6ONLY does for sockets. Call before `bind`.
+    /// @throws unsupported_error when rdma_set_option(3) refuses it.
+    /// @see rdma_set_option(3) (RDMA_OPTION_ID_AFONLY)
+    void set_address_family_only(bool on) {
+        int v = on ? 1 : 0;
+        set_option(RDMA_OPTION_ID_AFONLY, "RDMA_OPTION_ID_AFONLY", &v, sizeof v);
     }
 
     /// Sets the minimum RNR NAK timer of the RC QP made on this id (`create_qp`), which must be
@@ -389,6 +480,58 @@ public:
     [[nodiscard]] rdma_cm_id* release() noexcept { return handle_.release(); }
 
 private:
+    void set_option(int name, char const* option, void* value, std::size_t size) {
+        if (int rc = ::rdma_set_option(handle_.get(), RDMA_OPTION_ID, name, value, size); rc != 0) [[unlikely]] {
+            int const err = rdmacxx::detail::cm_errno(rc);
+            throw unsupported_error(err, std::string{"rdma_set_option("} + option + ") refused" +
+                                             (has_device() ? " on " + std::string{context().name()} : std::string{}));
+        }
+    }
+
+    // AF_IB needs an InfiniBand port; on a RoCE-only host the CM would refuse it (ENODEV on
+    // bind) or mis-resolve it, so it is refused here, naming the devices.
+    static void check_address_family(address const& a, char const* call) {
+        if (a.family() != AF_IB) return;
+        std::string seen;
+        try {
+            for (rdmacxx::device const& dev : rdmacxx::device_list{}) {
+                rdmacxx::context ctx = dev.open();
+                for (std::uint8_t p = 1; p <= ctx.port_count(); ++p) {
+                    bool const ethernet = ctx.query_port(p).is_ethernet();
+                    if (!ethernet) return; // an InfiniBand port: AF_IB may work
+                    seen += (seen.empty() ? "" : ", ") + std::string{dev.name()} + "/" + std::to_string(p) + " (RoCE)";
+                }
+            }
+        } catch (rdmacxx::error const&) {
+            return; // cannot tell: let the CM decide
+        }
+        throw unsupported_error(EAFNOSUPPORT, std::string{call} + " refused before the call: the AF_IB address " +
+                                                  a.to_string() + " needs an InfiniBand port, and this host has " +
+                                                  (seen.empty() ? std::string{"no RDMA port"} : "only " + seen) +
+                                                  "; RoCE ids take AF_INET or AF_INET6 addresses");
+    }
+
+    // Moves `qp` (UC) to `state` with the attributes the CM gives for it (rdma_init_qp_attr(3)),
+    // less those UC does not have: the CM computes them for the port space's QP type, RC on the
+    // TCP port space, and ibv_modify_qp(3) refuses RC-only attributes on a UC QP.
+    void modify_with_cm(ibv_qp* qp, ibv_qp_state state) {
+        ibv_qp_attr attr{};
+        int mask = 0;
+        attr.qp_state = state;
+        if (int rc = ::rdma_init_qp_attr(handle_.get(), &attr, &mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_init_qp_attr",
+                                           std::string{"for the "} + rdmacxx::detail::qp_state_name(state) +
+                                               " attributes of UC QP " + std::to_string(qp->qp_num));
+        mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                  IBV_QP_RNR_RETRY | IBV_QP_MIN_RNR_TIMER);
+        attr.qp_access_flags &= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE; // no READ or atomics on UC
+        if (int rc = ::ibv_modify_qp(qp, &attr, mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
+                                       std::string{"moving UC QP "} + std::to_string(qp->qp_num) + " to " +
+                                           rdmacxx::detail::qp_state_name(state) + " with the CM's attributes, mask " +
+                                           rdmacxx::detail::qp_mask_names(mask));
+    }
+
     static void check_retries(connection_parameters const& params) {
         if (params.retry_count > 7 || params.rnr_retry_count > 7) [[unlikely]]
             rdmacxx::detail::throw_argument("retry_count " + std::to_string(params.retry_count) +
@@ -409,6 +552,19 @@ private:
     }
 
     std::unique_ptr<rdma_cm_id, rdmacxx::detail::cm_id_deleter> handle_;
+    // A UC QP made by create_qp and not yet connected (it joins the id once connected); the
+    // pointer moves with the id.
+    struct qp_cell {
+        ibv_qp* qp = nullptr;
+        qp_cell() noexcept = default;
+        qp_cell(qp_cell&& o) noexcept : qp(std::exchange(o.qp, nullptr)) {}
+        qp_cell& operator=(qp_cell&& o) noexcept {
+            qp = std::exchange(o.qp, nullptr);
+            return *this;
+        }
+        ~qp_cell() = default;
+    };
+    qp_cell uc_;
 };
 
 } // namespace cm

@@ -5,6 +5,7 @@
 
 #include "rdmacxx/detail/verbs.hpp"
 
+#include <infiniband/ib.h> // sockaddr_ib (AF_IB)
 #include <rdma/rdma_cma.h>
 
 #include <cerrno>
