@@ -11,6 +11,7 @@
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/qp.hpp"
+#include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 
 #include <chrono>
@@ -221,11 +222,22 @@ public:
     [[nodiscard]] queue_pair<Transport, Completion>
     create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
               qp_capabilities const& caps = {}) {
+        return create_qp<Transport, Completion>(pd, send_cq, recv_cq, nullptr, caps);
+    }
+
+    /// As `create_qp` above, the QP taking its receive buffers from `srq` when not null (its own
+    /// receive queue then has no entries: post receives to the SRQ).
+    /// @throws sys_error when rdma_create_qp(3) fails.
+    template <transport Transport, completion_strategy Completion>
+    [[nodiscard]] queue_pair<Transport, Completion>
+    create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
+              shared_receive_queue* srq, qp_capabilities const& caps = {}) {
         ibv_qp_init_attr init{};
         init.send_cq = send_cq.native_handle();
         init.recv_cq = recv_cq.native_handle();
+        init.srq = srq != nullptr ? srq->native_handle() : nullptr;
         init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_recv_wr = caps.max_recv_wr;
+        init.cap.max_recv_wr = srq != nullptr ? 0 : caps.max_recv_wr;
         init.cap.max_send_sge = caps.max_send_sge;
         init.cap.max_recv_sge = caps.max_recv_sge;
         init.cap.max_inline_data = caps.max_inline_data;
@@ -276,6 +288,79 @@ public:
             rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
     }
 
+    /// Starts connecting a QP that was not made on this id (`qp_num`, taking its receives from an
+    /// SRQ when `srq`): the active side then gets `connect_response` instead of `established`,
+    /// moves its QP to RTR and RTS itself (`modify_qp`) and calls `establish`. Otherwise as
+    /// `connect(params)`.
+    /// @throws as `connect(params)`.
+    /// @see rdma_connect(3)
+    void connect(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
+        check_private_data(params.private_data, private_data_message::connect, space());
+        check_retries(params);
+        if (params.timeout) set_ack_timeout(*params.timeout);
+        rdma_conn_param p = native_params(params);
+        p.qp_num = qp_num;
+        p.srq = srq ? 1 : 0;
+        if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
+    }
+
+    /// Accepts the connect request this id came with for a QP that was not made on this id
+    /// (`qp_num`; `srq` when it takes its receives from an SRQ), which the caller has moved to
+    /// RTS already (`modify_qp`, as librdmacm does for its own QPs before it accepts).
+    /// @throws as `accept(params)`.
+    /// @see rdma_accept(3)
+    void accept(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
+        check_private_data(params.private_data, private_data_message::accept, space());
+        check_retries(params);
+        if (params.timeout) set_ack_timeout(*params.timeout);
+        rdma_conn_param p = native_params(params);
+        p.qp_num = qp_num;
+        p.srq = srq ? 1 : 0;
+        if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
+    }
+
+    /// Moves `qp`, a QP not made on this id, to `state` (INIT, RTR or RTS) with the attributes
+    /// the CM knows for this connection (rdma_init_qp_attr(3): port, P_Key, access, path, PSNs,
+    /// QPN, timeouts), then ibv_modify_qp(3). `rd_atomic`, when not 255, replaces the READ and
+    /// atomic depth of the step (RTR: `max_dest_rd_atomic`; RTS: `max_rd_atomic`); with 255 the
+    /// CM's value is kept, no more than the device's limit.
+    /// @throws sys_error naming the state when rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
+    /// @see rdma_init_qp_attr(3)
+    void modify_qp(ibv_qp* qp, ibv_qp_state state, std::uint8_t rd_atomic = 255) {
+        ibv_qp_attr attr{};
+        attr.qp_state = state;
+        int mask = 0;
+        if (int rc = ::rdma_init_qp_attr(handle_.get(), &attr, &mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_init_qp_attr",
+                                           std::string{"for state "} + rdmacxx::detail::qp_state_name(state));
+        if (state == IBV_QPS_RTR || state == IBV_QPS_RTS) {
+            ibv_device_attr dev{};
+            std::uint8_t& depth = state == IBV_QPS_RTR ? attr.max_dest_rd_atomic : attr.max_rd_atomic;
+            if (rd_atomic != 255) {
+                depth = rd_atomic;
+            } else if (::ibv_query_device(qp->context, &dev) == 0) {
+                int const limit = state == IBV_QPS_RTR ? dev.max_qp_rd_atom : dev.max_qp_init_rd_atom;
+                if (depth > limit) depth = static_cast<std::uint8_t>(limit);
+            }
+        }
+        if (int rc = ::ibv_modify_qp(qp, &attr, mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
+                                       std::string{"moving QP "} + std::to_string(qp->qp_num) + " to " +
+                                           rdmacxx::detail::qp_state_name(state) + " with the CM's attributes (" +
+                                           rdmacxx::detail::qp_mask_names(mask) + ")");
+    }
+
+    /// Completes the active side's connection of a QP not made on this id, once it is in RTS:
+    /// sends the RTU; `established` follows on this id.
+    /// @throws sys_error when rdma_establish(3) fails.
+    /// @see rdma_establish(3)
+    void establish() {
+        if (int rc = ::rdma_establish(handle_.get()); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_establish", "to " + peer_address().to_string());
+    }
+
     /// Accepts the connect request this id came with (event `established` follows on RC). Sets
     /// `params.timeout` first when given, and `params.min_rnr_timer` on the id's RC QP after
     /// (librdmacm has moved it to RTS).
@@ -307,8 +392,12 @@ public:
     /// in RTS (after `accept`, or once `established` came on the active side): an RTS → RTS
     /// ibv_modify_qp(3). Does nothing without a QP or on UD.
     /// @throws sys_error when ibv_modify_qp(3) fails.
-    void set_min_rnr_timer(rdmacxx::rnr_timer timer) {
-        ibv_qp* qp = handle_->qp;
+    void set_min_rnr_timer(rdmacxx::rnr_timer timer) { set_min_rnr_timer(timer, handle_->qp); }
+
+    /// As `set_min_rnr_timer(timer)`, on `qp` (a QP connected through this id but not made on
+    /// it, in RTS). Does nothing for a null or UD `qp`.
+    /// @throws sys_error when ibv_modify_qp(3) fails.
+    static void set_min_rnr_timer(rdmacxx::rnr_timer timer, ibv_qp* qp) {
         if (qp == nullptr || qp->qp_type != IBV_QPT_RC) return;
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RTS;
