@@ -223,11 +223,21 @@ int main(int argc, char** argv) try {
     std::uint32_t n_clients = 32, n_messages = 100, cycles = 0;
     for (int c; (c = ::getopt(argc, argv, "b:p:c:n:r:")) != -1;) {
         switch (c) {
-        case 'b': bind = optarg; break;
-        case 'p': port = static_cast<std::uint16_t>(std::stoul(optarg)); break;
-        case 'c': n_clients = static_cast<std::uint32_t>(std::stoul(optarg)); break;
-        case 'n': n_messages = static_cast<std::uint32_t>(std::stoul(optarg)); break;
-        case 'r': cycles = static_cast<std::uint32_t>(std::stoul(optarg)); break;
+        case 'b':
+            bind = optarg;
+            break;
+        case 'p':
+            port = static_cast<std::uint16_t>(std::stoul(optarg));
+            break;
+        case 'c':
+            n_clients = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 'n':
+            n_messages = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 'r':
+            cycles = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
         default:
             std::cerr << "usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles]\n";
             return 2;

@@ -218,8 +218,8 @@ private:
                 std::uint32_t client = 0, seq = 0;
                 std::memcpy(&client, msg.data(), 4);
                 std::memcpy(&seq, msg.data() + 4, 4);
-                ensure(is_message(msg, client, seq, false), "message " + std::to_string(seq) + " of client " +
-                                                                std::to_string(client) + " arrived corrupt");
+                ensure(is_message(msg, client, seq, false),
+                       "message " + std::to_string(seq) + " of client " + std::to_string(client) + " arrived corrupt");
                 ++verified_;
                 auto it = by_qpn_.find(wc.qp_num());
                 ensure(it != by_qpn_.end(), "a message from an unknown QP");
@@ -271,8 +271,8 @@ struct client {
                 continue;
             }
             auto const w = static_cast<std::uint32_t>(wc.wr_id());
-            REQUIRE(is_message(std::span<std::byte const>{memory}.subspan(w * msg_bytes, wc.byte_len()), id,
-                               replies, true));
+            REQUIRE(is_message(std::span<std::byte const>{memory}.subspan(w * msg_bytes, wc.byte_len()), id, replies,
+                               true));
             ++replies;
             conn.qp().post_recv(rx::recv{mr.span().subspan(w * msg_bytes, msg_bytes)}.id(w));
         }

@@ -7,6 +7,7 @@
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/cm/private_data.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -14,10 +15,9 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <vector>
-#include <array>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace rx = rdmacxx;
 namespace cm = rdmacxx::cm;
@@ -98,8 +98,8 @@ TEST_SUITE("cm server") {
         }
         rx::shared_receive_queue srq{pd, 64};
         test::buffer mem{pd, 8 * 64}; // one registration: slots 0-3 receive, 4-7 send
-        cm::resources<C> const shared{.pd = pd, .send_cq = *cq, .recv_cq = *cq, .srq = &srq,
-                                      .channel = channel ? &*channel : nullptr};
+        cm::resources<C> const shared{
+            .pd = pd, .send_cq = *cq, .recv_cq = *cq, .srq = &srq, .channel = channel ? &*channel : nullptr};
         for (std::size_t i = 0; i < 4; ++i)
             srq.post_recv(rx::recv{mem.span().subspan(i * 64, 64)}.id(i));
 
@@ -136,8 +136,8 @@ TEST_SUITE("cm server") {
         for (int k = 0; k < 2; ++k) {
             auto const wc = next_ok(*cq);
             REQUIRE(wc.is_recv());
-            got[wc.qp_num()] = std::string(reinterpret_cast<char const*>(mem.bytes_.data() + wc.wr_id() * 64),
-                                           wc.byte_len());
+            got[wc.qp_num()] =
+                std::string(reinterpret_cast<char const*>(mem.bytes_.data() + wc.wr_id() * 64), wc.byte_len());
         }
         CHECK(got[served[0]->qp().qp_num()] == "from client 0");
         CHECK(got[served[1]->qp().qp_num()] == "from client 1");
@@ -182,7 +182,9 @@ TEST_SUITE("cm server") {
         rx::completion_queue<rx::event_driven> cq{ctx, 16, ch_a};
         cm::resources<rx::event_driven> const wrong{
             .pd = pd, .send_cq = cq, .recv_cq = cq, .srq = nullptr, .channel = &ch_b};
-        auto connect_wrong = [&] { return cm::connect<rx::rc, rx::event_driven>(device_address(server.port()), wrong); };
+        auto connect_wrong = [&] {
+            return cm::connect<rx::rc, rx::event_driven>(device_address(server.port()), wrong);
+        };
         CHECK_THROWS_AS((void)connect_wrong(), rx::argument_error);
         CHECK_THROWS_AS((void)server.get_request(300ms), cm::timeout_error); // nothing reached the listener
     }
@@ -221,7 +223,8 @@ TEST_SUITE("cm server") {
         auto conn = cm::connect(device_address(port), cqp, opt);
         CHECK(&conn.qp() == &cqp);
         CHECK(cqp.state() == IBV_QPS_RTS);
-        auto const [where, ep] = cm::from_private_data<rx::remote_span<std::byte>, rx::endpoint>(conn.peer_private_data());
+        auto const [where, ep] =
+            cm::from_private_data<rx::remote_span<std::byte>, rx::endpoint>(conn.peer_private_data());
         CHECK(where.size() == 4096);
         CHECK(where.rkey() == target.mr.rkey());
         CHECK(ep.qpn == conn.peer_parameters().qp_num);
@@ -267,7 +270,7 @@ TEST_SUITE("cm server") {
                 (void)cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(ip, 7471), opt);
                 FAIL("connected to an absent host");
             } catch (cm::timeout_error const& e) {
-                MESSAGE("connect: " << e.what() << " after " << seconds_since(start) << " s (bound "
+                MESSAGE("connect: " << std::string{e.what()} << " after " << seconds_since(start) << " s (bound "
                                     << std::chrono::duration<double>(bound).count() << " s + 2 s slack)");
                 CHECK(e.step() == cm::step::connect);
                 CHECK(std::string{e.what()}.find("connect timed out") != std::string::npos);
@@ -293,7 +296,8 @@ TEST_SUITE("cm server") {
                 (void)req.accept<rx::rc, rx::busy_poll>(opt);
                 FAIL("accepted a client that never sent its RTU");
             } catch (cm::timeout_error const& e) {
-                MESSAGE("accept: " << e.what() << " after " << seconds_since(start) << " s (bound 1 s + 2 s slack)");
+                MESSAGE("accept: " << std::string{e.what()} << " after " << seconds_since(start)
+                                   << " s (bound 1 s + 2 s slack)");
                 CHECK(e.step() == cm::step::accept);
             }
             CHECK(std::chrono::steady_clock::now() - start < 3s);
@@ -318,7 +322,7 @@ TEST_SUITE("cm server") {
                 conn.disconnect();
                 FAIL("a DREQ nobody answered completed");
             } catch (cm::timeout_error const& e) {
-                MESSAGE("disconnect: " << e.what() << " after " << seconds_since(start)
+                MESSAGE("disconnect: " << std::string{e.what()} << " after " << seconds_since(start)
                                        << " s (bound 0.8 s + 2 s slack)");
                 CHECK(e.step() == cm::step::disconnect);
             }
