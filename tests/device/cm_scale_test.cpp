@@ -360,8 +360,11 @@ TEST_SUITE("cm scale") {
         // Exactly flat: descriptors (each connection's event channel, completion channel and the
         // monitor's eventfd are closed) and every kernel RDMA resource (PD, CQ, QP, CM id, MR).
         CHECK(fds1 == fds0);
-        for (auto const& [key, before] : res0)
-            CHECK_MESSAGE(res1.at(key) == before, key << " " << before << " -> " << res1.at(key));
+        for (auto const& entry : res0) {
+            std::string const key = entry.first;
+            long const before = entry.second, after = res1.at(key);
+            CHECK_MESSAGE(after == before, key << " " << before << " -> " << after);
+        }
         // Mappings: glibc may keep (or later return) a freed thread stack and a malloc arena, so up
         // to 4 lines of slack; a leaked CQ or QP would add two mappings per cycle, 600.
         CHECK(maps1 <= maps0 + 4);
