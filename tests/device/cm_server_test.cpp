@@ -174,6 +174,70 @@ TEST_SUITE("cm server") {
         CHECK(served[0]->wait_disconnected(20s));
     }
 
+    TEST_CASE("cm server: UD through the CM and a multicast group on resources the caller owns") {
+        cm::listener<rx::ud> server{device_address()};
+        auto const port = server.port();
+        rx::context& ctx = server.cm_id().context();
+        rx::protection_domain pd{ctx};
+        rx::completion_channel channel{ctx};
+        rx::completion_queue<rx::event_driven> cq{ctx, 256, channel};
+        cm::resources<rx::event_driven> const shared{
+            .pd = pd, .send_cq = cq, .recv_cq = cq, .srq = nullptr, .channel = &channel};
+        constexpr std::size_t n = 128;
+        test::buffer mem{pd, 4 * (rx::ud::grh_bytes + n)}; // one registration for everything
+        auto slot = [&](std::size_t i) {
+            return mem.span().subspan(i * (rx::ud::grh_bytes + n), rx::ud::grh_bytes + n);
+        };
+        test::fill_pattern(std::span{mem.bytes_}.subspan(rx::ud::grh_bytes + n, n), 3);
+
+        // UD: the server's QP and the client's on the same shared PD and CQ.
+        std::optional<cm::connection<rx::ud, rx::event_driven>> served;
+        worker srv([&] {
+            served.emplace(server.get_request(20s).accept<rx::ud, rx::event_driven>(
+                shared, {}, [&](auto& c) { c.qp().post_recv(rx::recv{slot(0)}.id(10)); }));
+        });
+        auto client = cm::connect<rx::ud, rx::event_driven>(device_address(port), shared);
+        srv.join();
+        CHECK_FALSE(client.owns_resources());
+        CHECK(client.cq_channel() == &channel);
+        client.qp().post(
+            rx::send{slot(1).first(n)}.to(*client.peer_ah(), client.peer_qpn(), client.peer_qkey()).id(11));
+        bool sent = false, received = false;
+        for (int k = 0; k < 2; ++k) {
+            auto const wc = next_ok(cq);
+            if (wc.wr_id() == 11) sent = true;
+            if (wc.wr_id() == 10) {
+                CHECK(wc.qp_num() == served->qp().qp_num());
+                auto const got = rx::ud_payload(std::span<std::byte>{mem.bytes_}.subspan(0, rx::ud::grh_bytes + n), wc);
+                CHECK(std::equal(got.begin(), got.end(), mem.bytes_.begin() + (rx::ud::grh_bytes + n)));
+                received = true;
+            }
+        }
+        CHECK(sent);
+        CHECK(received);
+
+        // Multicast: a receiving and a sending group member, both on the shared PD and CQ.
+        auto const group = cm::address::resolve("239.1.2.4", 0);
+        cm::multicast_group<rx::event_driven> receiver{device_address(), group, shared};
+        cm::multicast_group<rx::event_driven> sender{device_address(), group, shared};
+        CHECK(&receiver.pd() == &pd);
+        CHECK(receiver.cq_channel() == &channel);
+        receiver.qp().post_recv(rx::recv{slot(2)}.id(20));
+        sender.qp().post(rx::send{slot(1).first(n)}.to(sender.ah(), sender.qpn(), sender.qkey()).id(21));
+        sent = received = false;
+        for (int k = 0; k < 2; ++k) {
+            auto const wc = next_ok(cq);
+            if (wc.wr_id() == 21) sent = true;
+            if (wc.wr_id() == 20) {
+                CHECK(wc.qp_num() == receiver.qp().qp_num());
+                CHECK(wc.byte_len() == rx::ud::grh_bytes + n);
+                received = true;
+            }
+        }
+        CHECK(sent);
+        CHECK(received);
+    }
+
     TEST_CASE("cm server: resources whose channel is not the CQs' are refused before anything is sent") {
         cm::listener<rx::rc> server{device_address()};
         rx::context& ctx = server.cm_id().context();
