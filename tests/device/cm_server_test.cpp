@@ -341,6 +341,26 @@ TEST_SUITE("cm server") {
             }
             CHECK(std::chrono::steady_clock::now() - start < bound + 2s);
         }
+        SUBCASE("connect of a caller's QP: the timeout names the step and leaves the QP in ERR") {
+            std::string ip = device_ip();
+            ip = ip.substr(0, ip.rfind('.')) + ".77";
+            cm::listener<rx::rc> bound{device_address()}; // only for the device's context
+            rx::context& ctx = bound.cm_id().context();
+            rx::protection_domain pd{ctx};
+            rx::completion_queue<rx::busy_poll> cq{ctx, 16};
+            rx::queue_pair<rx::rc, rx::busy_poll, rx::extended_post> qp{pd, cq, cq};
+            cm::connection_options opt;
+            opt.connect_timeout = 1000ms;
+            auto const start = std::chrono::steady_clock::now();
+            try {
+                (void)cm::connect(cm::address::resolve(ip, 7471), qp, opt);
+                FAIL("connected to an absent host");
+            } catch (cm::timeout_error const& e) {
+                CHECK(e.step() == cm::step::connect);
+            }
+            CHECK(std::chrono::steady_clock::now() - start < 2 * (opt.resolve_timeout + 1000ms) + 1000ms + 2s);
+            CHECK(qp.state() == IBV_QPS_ERR);
+        }
         SUBCASE("accept: a client that never completes the handshake") {
             cm::listener<rx::rc> server{device_address()};
             auto const port = server.port();

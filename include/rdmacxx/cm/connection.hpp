@@ -401,6 +401,16 @@ connection<Transport, Completion, Post> resolve(address const& destination, conn
     return {std::move(channel), std::move(cm_id), opt.timeout(step::disconnect)};
 }
 
+/// A caller's QP whose connection failed: to ERR, so that whatever was posted completes
+/// (flushed) instead of being dropped; `reset()` makes it connectable again.
+template <class QueuePair>
+void fail_qp(QueuePair& qp) noexcept {
+    try {
+        qp.to_error();
+    } catch (...) { // NOLINT(bugprone-empty-catch): the connection's own error is what matters
+    }
+}
+
 /// Active side, second half, for a QP made on the id: connects and waits for `established`.
 template <transport Transport, completion_strategy Completion>
 void finish_connect(connection<Transport, Completion>& c, connection_options const& opt) {
@@ -455,8 +465,10 @@ template <transport Transport, completion_strategy Completion>
 /// the CM's attributes (rdma_init_qp_attr(3) + ibv_modify_qp(3)), connects naming its QPN, and
 /// on the connect response moves it to RTR and RTS the same way (with `opt.params`'
 /// `responder_resources` and `initiator_depth` when not 255, and its `min_rnr_timer`) and sends
-/// the RTU (rdma_establish(3)). If a transition fails the request is rejected. The connection
-/// borrows the QP (it must outlive the connection) and owns only the id.
+/// the RTU (rdma_establish(3)). If a transition fails the request is rejected; whatever fails,
+/// the QP is in ERR when the error leaves (what was posted completes flushed; `reset()` it to
+/// connect again). The connection borrows the QP (it must outlive
+/// the connection) and owns only the id.
 /// @throws as `connect(destination, opt)`; argument_error when the QP is on another device or
 ///         not in RESET (nothing sent); sys_error naming the state when a transition fails.
 /// @see rdma_init_qp_attr(3), rdma_establish(3)
@@ -467,20 +479,26 @@ connect(address const& destination, queue_pair<Transport, Completion, Post>& qp,
     auto c = detail::resolve<Transport, Completion, Post>(destination, opt);
     c.adopt(qp);
     auto& cm_id = c.cm_id();
-    cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
-    cm_id.connect(opt.params, qp.qp_num(), false);
-    event e = detail::expect(*c.channel(), event_type::connect_response, opt.timeout(step::connect),
-                             "connecting QP " + std::to_string(qp.qp_num()) + " to " + c.peer_name(), step::connect);
     try {
-        cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
-        cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.params.initiator_depth);
-        id::set_min_rnr_timer(opt.params.min_rnr_timer, qp.native_handle());
+        cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
+        cm_id.connect(opt.params, qp.qp_num(), false);
+        event e =
+            detail::expect(*c.channel(), event_type::connect_response, opt.timeout(step::connect),
+                           "connecting QP " + std::to_string(qp.qp_num()) + " to " + c.peer_name(), step::connect);
+        try {
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.params.initiator_depth);
+            id::set_min_rnr_timer(opt.params.min_rnr_timer, qp.native_handle());
+        } catch (...) {
+            (void)::rdma_reject(cm_id.native_handle(), nullptr, 0);
+            throw;
+        }
+        cm_id.establish();
+        c.set_peer(e.private_data_copy(), e.conn());
     } catch (...) {
-        (void)::rdma_reject(cm_id.native_handle(), nullptr, 0);
+        detail::fail_qp(qp);
         throw;
     }
-    cm_id.establish();
-    c.set_peer(e.private_data_copy(), e.conn());
     c.established();
     return c;
 }

@@ -91,7 +91,9 @@ public:
     /// `before_accept(connection&)` (post receives there), moves it to RTR and RTS the same way
     /// (with `opt.params`' `responder_resources` and `initiator_depth` when not 255, and its
     /// `min_rnr_timer`), accepts naming its QPN and waits up to the accept timeout for
-    /// `established`. The connection borrows the QP, which must outlive it.
+    /// `established`. The connection borrows the QP, which must outlive it. Whatever fails, the
+    /// QP is in ERR when the error leaves (its posted receives complete flushed; `reset()` it to
+    /// connect again).
     /// @throws as `accept(opt, before_accept)`; argument_error when the QP is on another device
     ///         or not in RESET (nothing sent); sys_error naming the state when a transition fails.
     template <transport Transport, completion_strategy Completion, post_policy Post,
@@ -103,14 +105,19 @@ public:
         auto c = start<Transport, Completion, Post>(std::make_unique<event_channel>(), opt);
         c.adopt(qp);
         auto& cm_id = c.cm_id();
-        cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
-        before_accept(c);
-        cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
-        cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.params.initiator_depth);
-        id::set_min_rnr_timer(opt.params.min_rnr_timer, qp.native_handle());
-        cm_id.accept(opt.params, qp.qp_num(), false);
-        (void)detail::expect(*c.channel(), event_type::established, opt.timeout(step::accept),
-                             "accepting " + c.peer_name(), step::accept);
+        try {
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
+            before_accept(c);
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.params.initiator_depth);
+            id::set_min_rnr_timer(opt.params.min_rnr_timer, qp.native_handle());
+            cm_id.accept(opt.params, qp.qp_num(), false);
+            (void)detail::expect(*c.channel(), event_type::established, opt.timeout(step::accept),
+                                 "accepting " + c.peer_name(), step::accept);
+        } catch (...) {
+            detail::fail_qp(qp);
+            throw;
+        }
         c.established();
         return c;
     }
