@@ -90,3 +90,31 @@ TEST_CASE("cm: addresses parse, print and know multicast") {
     CHECK(cm::address{}.to_string() == "unspecified");
     CHECK_THROWS_AS((void)cm::address::resolve("no.such.host.invalid", 1), cm::address_error);
 }
+
+TEST_CASE("cm: every step has its own timeout, falling back to the general one, and its timeout error names it") {
+    using namespace std::chrono_literals;
+    cm::connection_options opt;
+    opt.resolve_timeout = 1500ms;
+    opt.event_timeout = 7000ms;
+    CHECK(opt.timeout(cm::step::resolve_address) == 1500ms);
+    CHECK(opt.timeout(cm::step::resolve_route) == 1500ms);
+    CHECK(opt.timeout(cm::step::connect) == 7000ms);
+    CHECK(opt.timeout(cm::step::accept) == 7000ms);
+    CHECK(opt.timeout(cm::step::disconnect) == 7000ms);
+    opt.resolve_route_timeout = 300ms;
+    opt.connect_timeout = 400ms;
+    opt.accept_timeout = 500ms;
+    opt.disconnect_timeout = 600ms;
+    opt.resolve_address_timeout = 200ms;
+    CHECK(opt.timeout(cm::step::resolve_address) == 200ms);
+    CHECK(opt.timeout(cm::step::resolve_route) == 300ms);
+    CHECK(opt.timeout(cm::step::connect) == 400ms);
+    CHECK(opt.timeout(cm::step::accept) == 500ms);
+    CHECK(opt.timeout(cm::step::disconnect) == 600ms);
+    cm::timeout_error const e{cm::step::accept, "no established event within 500 ms"};
+    CHECK(e.step() == cm::step::accept);
+    CHECK(std::string{e.what()}.find("accept timed out: no established") != std::string::npos);
+    CHECK(e.code() == std::error_code{ETIMEDOUT, std::system_category()});
+    CHECK(cm::timeout_error{"waiting"}.step() == cm::step::other);
+    CHECK(std::string{cm::to_string(cm::step::resolve_route)} == "resolve route");
+}

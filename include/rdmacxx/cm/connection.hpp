@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// The RDMA CM flows on top of `cm::id`: `cm::connect` (active side), `cm::listener` and
-/// `cm::connect_request` (passive side), each handing back a ready `cm::connection` that owns its
-/// id and queue pair; and `cm::multicast_group` (join, send to and receive from a group).
+/// The active side of the RDMA CM flows on top of `cm::id`: `cm::connection`, which owns its id
+/// and either owns or borrows its PD, CQs, SRQ, completion channel and queue pair, and
+/// `cm::connect`, which hands one back established. The passive side is in cm/listener.hpp,
+/// multicast in cm/multicast.hpp (both included here).
 
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/cm/address.hpp"
@@ -10,9 +11,12 @@
 #include "rdmacxx/cm/event.hpp"
 #include "rdmacxx/cm/id.hpp"
 #include "rdmacxx/cm/monitor.hpp"
+#include "rdmacxx/cm/resources.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/pd.hpp"
+#include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/qp.hpp"
+#include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 
 #include <array>
@@ -23,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,50 +35,69 @@ namespace rdmacxx {
 inline namespace v0 {
 namespace cm {
 
-/// Settings of the flows: queue sizes, connection parameters and the timeouts of every wait.
+/// Settings of the flows: queue sizes, connection parameters and the timeout of every CM step.
+/// Each step's timeout is its own field when set, else the general one (`resolve_timeout` for
+/// the two resolutions, `event_timeout` for connect, accept and disconnect); a step that runs
+/// out throws `timeout_error` whose `step()` names it.
 struct connection_options {
-    qp_capabilities caps{};                          ///< the queue pair's queues
-    int cq_entries = 256;                            ///< entries of the connection's CQ
-    connection_parameters params{};                  ///< private data and RC settings sent
-    std::chrono::milliseconds resolve_timeout{2000}; ///< address and route resolution, each
-    std::chrono::milliseconds event_timeout{10000};  ///< any other awaited event
-    std::optional<address> source{};                 ///< local address to connect from
+    qp_capabilities caps{};                                             ///< the queue pair's queues (made by the flow)
+    int cq_entries = 256;                                               ///< entries of the connection's own CQ
+    connection_parameters params{};                                     ///< private data and RC settings sent
+    std::chrono::milliseconds resolve_timeout{2000};                    ///< address and route resolution, each
+    std::chrono::milliseconds event_timeout{10000};                     ///< any other awaited event
+    std::optional<std::chrono::milliseconds> resolve_address_timeout{}; ///< rdma_resolve_addr(3); else resolve_timeout
+    std::optional<std::chrono::milliseconds> resolve_route_timeout{};   ///< rdma_resolve_route(3); else resolve_timeout
+    std::optional<std::chrono::milliseconds> connect_timeout{};    ///< connect until established; else event_timeout
+    std::optional<std::chrono::milliseconds> accept_timeout{};     ///< accept until established; else event_timeout
+    std::optional<std::chrono::milliseconds> disconnect_timeout{}; ///< `disconnect()`'s wait; else event_timeout
+    std::optional<address> source{};                               ///< local address to connect from
     /// Type of service (RFC 2474 DSCP << 2 | ECN) of the connection: on RoCE the QP's GRH traffic
     /// class. Set on the id before the route is resolved (`id::set_type_of_service`); empty:
     /// the kernel's default, 0.
     std::optional<std::uint8_t> type_of_service{};
     /// Share `source`'s port with other ids that ask for it too (`id::set_reuse_address`).
     bool reuse_address = false;
-};
 
-/// Settings of a `listener`'s id, applied before it binds.
-struct listener_options {
-    int backlog = 16; ///< pending connect requests at most (rdma_listen(3))
-    /// Share the port with other ids that ask for it too (`id::set_reuse_address`), as
-    /// SO_REUSEADDR: a restarted server binds its port while ids of the old one linger.
-    bool reuse_address = false;
-    /// Type of service of the listening id (`id::set_type_of_service`); empty: the kernel's.
-    std::optional<std::uint8_t> type_of_service{};
-    /// IPv6 (or AF_IB) only (`id::set_address_family_only`); empty: the kernel's default.
-    std::optional<bool> address_family_only{};
+    /// The timeout of step `s` (its own field, else the general one).
+    [[nodiscard]] std::chrono::milliseconds timeout(step s) const noexcept {
+        switch (s) {
+        case step::resolve_address:
+            return resolve_address_timeout.value_or(resolve_timeout);
+        case step::resolve_route:
+            return resolve_route_timeout.value_or(resolve_timeout);
+        case step::connect:
+            return connect_timeout.value_or(event_timeout);
+        case step::accept:
+            return accept_timeout.value_or(event_timeout);
+        case step::disconnect:
+            return disconnect_timeout.value_or(event_timeout);
+        case step::join:
+        case step::other:
+            break;
+        }
+        return event_timeout;
+    }
 };
 
 namespace detail {
-/// Takes events from `channel` until one of type `want` comes: returns it; throws the
-/// matching `cm_error` for a failure event, `cm_error` for another unexpected one, and
-/// `timeout_error` when nothing came within `timeout`. Events of `ignore` type are dropped.
+/// Takes events from `channel` until one of type `want` comes: returns it; throws
+/// `timeout_error` naming `s` when nothing came within `timeout` or the CM itself reports the
+/// step timed out (status -ETIMEDOUT), the matching `cm_error` for another failure event,
+/// `cm_error` for another unexpected one. Events of `ignore` type are dropped.
 inline event expect(event_channel& channel, event_type want, std::chrono::milliseconds timeout, std::string const& what,
-                    std::optional<event_type> ignore = std::nullopt) {
+                    step s = step::other, std::optional<event_type> ignore = std::nullopt) {
     auto const deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
         auto const left =
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         auto e = channel.get(left.count() > 0 ? left : std::chrono::milliseconds{0});
         if (!e) [[unlikely]]
-            throw timeout_error("no " + std::string{to_string(want)} + " event within " +
-                                std::to_string(timeout.count()) + " ms while " + what);
+            throw timeout_error(s, "no " + std::string{to_string(want)} + " event within " +
+                                       std::to_string(timeout.count()) + " ms while " + what);
         if (e->type() == want && e->status() == 0) return std::move(*e);
         if (ignore && e->type() == *ignore) continue;
+        if (e->status() == -ETIMEDOUT && e->type() != event_type::rejected) [[unlikely]]
+            throw timeout_error(s, "the CM reported " + e->to_string() + " while " + what);
         e->throw_if_failed(what);
         throw cm_error(e->type(), e->status(), "arrived while waiting for " + std::string{to_string(want)} + " " + what,
                        e->private_data_copy(), EPROTO);
@@ -82,13 +106,25 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
 } // namespace detail
 
 /// One RDMA CM connection (RC or UC over the TCP port space) or UD association (UDP port space):
-/// owns its id, a protection domain and one completion queue on the id's device, and the queue
-/// pair made on the id (`queue_pair<Transport, Completion>`), with the peer's private data and
-/// parameters as they came.
+/// owns its id and the queue pair made on it, and either owns or borrows the PD, the send and
+/// receive CQs, the SRQ and the completion channel; keeps the peer's private data and
+/// parameters as they came. `Post` is the post policy of the queue pair (a QP the flow makes is
+/// `legacy_post`; one you made and connected with `cm::connect(dest, qp)` may be any).
 ///
-/// Made by `cm::connect` (active side) or `connect_request::accept` (passive side). Move-only.
-/// Destruction tears down in order: disconnect (if still connected), drain the CQ, destroy the
-/// QP, the CQ, the PD, then the id and the connection's own event channel (if it has one).
+/// Three ways to make one, by `cm::connect` (active side) or `connect_request::accept`
+/// (passive side):
+/// - self-contained (the default): a PD, one CQ (with its own completion channel when the
+///   strategy uses one) and the QP, all owned, on the device the CM resolved;
+/// - on `cm::resources` you own (a server's one PD, registered memory, CQs, SRQ and channel):
+///   only the QP is owned, the rest borrowed; they must outlive the connection;
+/// - on a queue pair you created (`queue_pair<T, C, P>` of any post policy, `checked` or not):
+///   nothing is owned but the id; the QP must outlive the connection; `cq()`, `send_cq()` and
+///   `recv_cq()` must not be called (use your own CQs).
+///
+/// Destruction tears down in order: disconnect (if still connected: the QP to ERR); with its
+/// own CQ, drain it; destroy the QP it owns; then the CQ, channel and PD it owns, then the id and
+/// its own event channel. It never polls a CQ it borrows: the flushed completions of its QP stay
+/// there for your poller (see `cm::resources`).
 ///
 /// A dead peer surfaces by itself: a connected (RC/UC) connection with its own event channel (the
 /// default) has a monitor thread take that channel's events once it is established; when the CM
@@ -102,15 +138,17 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
 /// `disconnected` follows when its DREQ times out; a connection that only has receives posted
 /// learns nothing until it sends.
 ///
-/// Register the memory you post with `pd()`. One accepted on a shared channel
-/// (`connect_request::accept_shared`) is told its events by the caller's loop through `handle`,
-/// which does the same on `disconnected`.
+/// One accepted on a shared channel (`connect_request::accept_shared`) is told its events by the
+/// caller's loop through `handle`, which does the same on `disconnected`.
 /// Thread-safety: one thread at a time per connection; `state()`, `wait_disconnected` and
 /// `handle` may be called from other threads.
 /// @see rdma_cm(7)
-template <transport Transport, completion_strategy Completion>
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
 class connection {
 public:
+    /// The type of its queue pair.
+    using qp_type = queue_pair<Transport, Completion, Post>;
+
     connection(connection&&) noexcept = default;
     connection& operator=(connection&&) = delete;
 
@@ -118,24 +156,46 @@ public:
         if (id_.native_handle() == nullptr) return;
         monitor_->stop();
         if constexpr (Transport::connected) (void)monitor_->disconnect();
-        if (qp_) {
-            std::array<work_completion, 16> drain;
-            std::error_code ec;
-            while (cq_->poll(std::span{drain}, ec) != 0) {}
-            id_.destroy_qp(*qp_);
-            qp_.reset();
+        if (own_qp_) {
+            if (own_cq_) {
+                std::array<work_completion, 16> drain;
+                std::error_code ec;
+                while (own_cq_->poll(std::span{drain}, ec) != 0) {}
+            } else {
+                ibv_qp_attr attr{};
+                attr.qp_state = IBV_QPS_ERR; // flushes for the borrowed CQ's poller
+                (void)::ibv_modify_qp(own_qp_->native_handle(), &attr, IBV_QP_STATE);
+            }
+            id_.destroy_qp(*own_qp_);
+            own_qp_.reset();
         }
         peer_ah_.reset();
-        cq_.reset();
-        pd_.reset();
+        own_cq_.reset();
+        own_comp_channel_.reset();
+        own_pd_.reset();
     }
 
     /// The queue pair (RTS once established; UD: at once).
-    [[nodiscard]] queue_pair<Transport, Completion>& qp() noexcept { return *qp_; }
-    /// The CQ of both queues.
-    [[nodiscard]] completion_queue<Completion>& cq() noexcept { return *cq_; }
+    [[nodiscard]] qp_type& qp() noexcept { return *qp_; }
+    /// The CQ of the send queue, which is also that of the receive queue when the connection
+    /// made its own. Not for a connection of a QP you created.
+    [[nodiscard]] completion_queue<Completion>& cq() noexcept { return *send_cq_; }
+    /// The CQ of the send queue. Not for a connection of a QP you created.
+    [[nodiscard]] completion_queue<Completion>& send_cq() noexcept { return *send_cq_; }
+    /// The CQ of the receive queue (or of the SRQ's receives for this QP). Not for a connection
+    /// of a QP you created.
+    [[nodiscard]] completion_queue<Completion>& recv_cq() noexcept { return *recv_cq_; }
     /// The protection domain: register the memory you post here.
     [[nodiscard]] protection_domain& pd() noexcept { return *pd_; }
+    /// The SRQ the QP takes its receive buffers from; null when it has its own receive queue.
+    [[nodiscard]] shared_receive_queue* srq() const noexcept { return srq_; }
+    /// The completion channel the CQs deliver their events on (fd for epoll, non-blocking mode,
+    /// `get_event`): the connection's own for a self-contained connection whose strategy uses a
+    /// channel, the one given in `cm::resources` otherwise; null for `busy_poll` or when none
+    /// was given.
+    [[nodiscard]] completion_channel* cq_channel() const noexcept { return comp_channel_; }
+    /// True when the connection made (and owns) its PD, CQ and channel.
+    [[nodiscard]] bool owns_resources() const noexcept { return own_pd_ != nullptr; }
     /// The id.
     [[nodiscard]] cm::id& cm_id() noexcept { return id_; }
     /// The connection's own event channel; null when it shares its creator's. Once a connected
@@ -143,8 +203,9 @@ public:
     [[nodiscard]] event_channel* channel() noexcept { return channel_.get(); }
     /// The state.
     [[nodiscard]] connection_state state() const noexcept { return monitor_->state(); }
-    /// The private data the peer sent: with `established` on the active side, with the connect
-    /// request on the passive side (the whole buffer the CM delivered, zero padded).
+    /// The private data the peer sent: with `established` (or the connect response) on the
+    /// active side, with the connect request on the passive side (the whole buffer the CM
+    /// delivered, zero padded). Decode typed data with `cm::from_private_data`.
     [[nodiscard]] std::span<std::byte const> peer_private_data() const noexcept { return peer_private_data_; }
     /// The peer's connection data (TCP port space): from `established` on the active side and from
     /// the connect request on the passive side.
@@ -187,19 +248,23 @@ public:
     }
 
     /// Starts the disconnect (rdma_disconnect(3): the QP to ERR, a DREQ to the peer) and, with its
-    /// own channel, waits up to `timeout` for the CM's `disconnected` (both sides see it). A
-    /// second call, or a call after the peer disconnected, does nothing.
-    /// @throws sys_error when rdma_disconnect(3) fails; timeout_error when `disconnected` does not
-    ///         come in time (the connection is disconnected on our side all the same).
-    void disconnect(std::chrono::milliseconds timeout = std::chrono::milliseconds{
-                        10000}) requires(Transport::connected) {
+    /// own channel, waits up to `timeout` for the CM's `disconnected` (both sides see it: the
+    /// peer's answer, or the CM giving up on its DREQ). A second call, or a call after the peer
+    /// disconnected, does nothing.
+    /// @throws sys_error when rdma_disconnect(3) fails; timeout_error naming `step::disconnect`
+    ///         when `disconnected` does not come in time (the connection is disconnected on our
+    ///         side all the same).
+    void disconnect(std::chrono::milliseconds timeout) requires(Transport::connected) {
         if (state() != connection_state::established) return;
         if (int err = monitor_->disconnect(); err != 0) [[unlikely]]
             rdmacxx::detail::throw_sys(err, "rdma_disconnect", "from " + peer_name());
         if (monitor_->watching() && !monitor_->wait_ended(timeout, false)) [[unlikely]]
-            throw timeout_error("no disconnected event within " + std::to_string(timeout.count()) +
-                                " ms while disconnecting from " + peer_name());
+            throw timeout_error(step::disconnect, "no disconnected event within " + std::to_string(timeout.count()) +
+                                                      " ms while disconnecting from " + peer_name());
     }
+    /// As `disconnect(timeout)` with the options' disconnect timeout.
+    /// @throws as `disconnect(timeout)`.
+    void disconnect() requires(Transport::connected) { disconnect(disconnect_timeout_); }
 
     /// Waits at most `timeout` for the connection to end: the peer disconnects or dies (seen by
     /// the monitor thread, or, for a connection on a shared channel, by another thread's
@@ -225,20 +290,61 @@ public:
     /// "198.18.0.1:7471" — the peer's address.
     [[nodiscard]] std::string peer_name() const { return id_.peer_address().to_string(); }
 
-private:
-    template <transport T, completion_strategy C>
-    friend connection<T, C> connect(address const& destination, connection_options const& opt);
-    friend class connect_request;
-
-    connection(std::unique_ptr<event_channel> channel, cm::id&& cm_id, int cq_entries)
+    /// @cond
+    // The pieces the flows (cm::connect, connect_request) assemble a connection from.
+    connection(std::unique_ptr<event_channel> channel, cm::id&& cm_id, std::chrono::milliseconds disconnect_timeout)
         : channel_(std::move(channel)), id_(std::move(cm_id)),
           monitor_(std::make_unique<detail::connection_monitor>(id_.native_handle())),
-          pd_(std::make_unique<protection_domain>(id_.context())),
-          cq_(std::make_unique<completion_queue<Completion>>(id_.context(), cq_entries)) {}
+          disconnect_timeout_(disconnect_timeout) {}
 
-    void create_qp(qp_capabilities const& caps) {
-        qp_.emplace(id_.template create_qp<Transport, Completion>(*pd_, *cq_, *cq_, caps));
+    // Self-contained: a PD, a channel (if the strategy uses one) and one CQ of its own.
+    void make_own(int cq_entries) {
+        own_pd_ = std::make_unique<protection_domain>(id_.context());
+        if constexpr (Completion::uses_channel) {
+            own_comp_channel_ = std::make_unique<completion_channel>(id_.context());
+            own_cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), cq_entries, *own_comp_channel_);
+        } else {
+            own_cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), cq_entries);
+        }
+        pd_ = own_pd_.get();
+        send_cq_ = recv_cq_ = own_cq_.get();
+        comp_channel_ = own_comp_channel_.get();
+    }
+
+    // Borrows `r`, after checking that it is on the id's device.
+    void borrow(resources<Completion> const& r) {
+        detail::check_resources(r, id_.native_handle()->verbs, "connecting " + peer_name());
+        pd_ = &r.pd;
+        send_cq_ = &r.send_cq;
+        recv_cq_ = &r.recv_cq;
+        srq_ = r.srq;
+        comp_channel_ = r.channel;
+    }
+
+    // The QP made on the id with the PD, CQs and SRQ chosen.
+    void create_qp(qp_capabilities const& caps) requires(std::is_same_v<Post, legacy_post>) {
+        own_qp_ = std::make_unique<queue_pair<Transport, Completion>>(
+            id_.template create_qp<Transport, Completion>(*pd_, *send_cq_, *recv_cq_, srq_, caps));
+        qp_ = own_qp_.get();
         monitor_->set_qp(qp_->native_handle());
+    }
+
+    // A QP the user made: borrowed, after checking that it is on the id's device.
+    void adopt(qp_type& qp) {
+        if (qp.native_handle()->context != id_.native_handle()->verbs) [[unlikely]]
+            rdmacxx::detail::throw_argument(
+                "connecting QP " + std::to_string(qp.qp_num()) + " through the CM to " + peer_name() +
+                ": the QP is on device " + ::ibv_get_device_name(qp.native_handle()->context->device) +
+                ", the CM resolved device " + ::ibv_get_device_name(id_.native_handle()->verbs->device) +
+                "; make its PD on the id's context (cm::id::context())");
+        if (qp.state() != IBV_QPS_RESET) [[unlikely]]
+            rdmacxx::detail::throw_argument("connecting QP " + std::to_string(qp.qp_num()) +
+                                            " through the CM: it must be in RESET, it is in " +
+                                            rdmacxx::detail::qp_state_name(qp.state()));
+        qp_ = &qp;
+        pd_ = &qp.pd();
+        srq_ = nullptr;
+        monitor_->set_qp(qp.native_handle());
     }
 
     // Established: a connected connection with its own channel starts its monitor thread.
@@ -248,304 +354,169 @@ private:
             if (channel_) monitor_->watch(*channel_);
     }
 
+    void set_peer(std::vector<std::byte> private_data, connection_data const& conn) {
+        peer_private_data_ = std::move(private_data);
+        peer_conn_ = conn;
+    }
+    void set_peer_ud(ud_data const& ud) requires(!Transport::connected) {
+        peer_ud_ = ud;
+        peer_ah_ = std::make_unique<address_handle>(*pd_, peer_ud_.ah_attr);
+    }
+    [[nodiscard]] detail::connection_monitor& monitor() noexcept { return *monitor_; }
+    /// @endcond
+
+private:
     std::unique_ptr<event_channel> channel_;
     cm::id id_;
     std::unique_ptr<detail::connection_monitor> monitor_;
-    std::unique_ptr<protection_domain> pd_;
-    std::unique_ptr<completion_queue<Completion>> cq_;
-    std::optional<queue_pair<Transport, Completion>> qp_;
+    // Owned by a self-contained connection (null when borrowed); destroyed in reverse order.
+    std::unique_ptr<protection_domain> own_pd_;
+    std::unique_ptr<completion_channel> own_comp_channel_;
+    std::unique_ptr<completion_queue<Completion>> own_cq_;
+    std::unique_ptr<queue_pair<Transport, Completion>> own_qp_;
+    // What the connection uses, owned or borrowed (on the heap or the caller's: moves keep them).
+    protection_domain* pd_ = nullptr;
+    completion_queue<Completion>* send_cq_ = nullptr;
+    completion_queue<Completion>* recv_cq_ = nullptr;
+    shared_receive_queue* srq_ = nullptr;
+    completion_channel* comp_channel_ = nullptr;
+    qp_type* qp_ = nullptr;
     std::unique_ptr<address_handle> peer_ah_;
     std::vector<std::byte> peer_private_data_;
     connection_data peer_conn_{};
     ud_data peer_ud_{};
+    std::chrono::milliseconds disconnect_timeout_;
 };
 
-/// Active side: connects to `destination` and returns an established connection of transport
-/// `Transport` (RC or UC over the TCP port space, UD over the UDP port space) with its own event
-/// channel: resolves the address and the route (each within `opt.resolve_timeout`), makes the
-/// PD, CQ and QP on the resolved device, connects with `opt.params` (private data included) and
-/// waits up to `opt.event_timeout` for `established`.
-/// @throws address_error, route_not_found_error, route_error while resolving; rejected_error
-///         (with the reject reason and the peer's private data: no listener is reason 8 on
-///         RoCE), unreachable_error, connect_error while connecting; timeout_error when an
-///         awaited event does not come in time; argument_error for private data over 56 bytes
-///         (TCP) or 180 (UDP), before anything is sent; sys_error when a verb fails.
-/// @see rdma_resolve_addr(3), rdma_resolve_route(3), rdma_create_qp(3), rdma_connect(3)
-template <transport Transport, completion_strategy Completion>
-[[nodiscard]] connection<Transport, Completion> connect(address const& destination,
-                                                        connection_options const& opt = {}) {
+namespace detail {
+/// Active side, first half: a channel and an id with the address and the route to
+/// `destination` resolved, each within its step's timeout.
+template <transport Transport, completion_strategy Completion, post_policy Post>
+connection<Transport, Completion, Post> resolve(address const& destination, connection_options const& opt) {
     check_private_data(opt.params.private_data, private_data_message::connect, port_space_for<Transport>);
-    std::string const what = "connecting to " + destination.to_string();
     auto channel = std::make_unique<event_channel>();
     cm::id cm_id{*channel, port_space_for<Transport>};
     if (opt.type_of_service) cm_id.set_type_of_service(*opt.type_of_service);
     if (opt.reuse_address) cm_id.set_reuse_address(true);
-    cm_id.resolve_address(destination, opt.resolve_timeout, opt.source ? &*opt.source : nullptr);
-    (void)detail::expect(*channel, event_type::addr_resolved, opt.resolve_timeout + std::chrono::milliseconds{1000},
-                         "resolving the address of " + destination.to_string());
-    cm_id.resolve_route(opt.resolve_timeout);
-    (void)detail::expect(*channel, event_type::route_resolved, opt.resolve_timeout + std::chrono::milliseconds{1000},
-                         "resolving the route to " + destination.to_string());
-    connection<Transport, Completion> c{std::move(channel), std::move(cm_id), opt.cq_entries};
-    c.create_qp(opt.caps);
-    c.id_.connect(opt.params);
+    auto const addr_timeout = opt.timeout(step::resolve_address);
+    cm_id.resolve_address(destination, addr_timeout, opt.source ? &*opt.source : nullptr);
+    (void)expect(*channel, event_type::addr_resolved, addr_timeout + std::chrono::milliseconds{1000},
+                 "resolving the address of " + destination.to_string(), step::resolve_address);
+    auto const route_timeout = opt.timeout(step::resolve_route);
+    cm_id.resolve_route(route_timeout);
+    (void)expect(*channel, event_type::route_resolved, route_timeout + std::chrono::milliseconds{1000},
+                 "resolving the route to " + destination.to_string(), step::resolve_route);
+    return {std::move(channel), std::move(cm_id), opt.timeout(step::disconnect)};
+}
+
+/// A caller's QP whose connection failed: to ERR, so that whatever was posted completes
+/// (flushed) instead of being dropped; `reset()` makes it connectable again.
+template <class QueuePair>
+void fail_qp(QueuePair& qp) noexcept {
+    try {
+        qp.to_error();
+    } catch (...) { // NOLINT(bugprone-empty-catch): the connection's own error is what matters
+    }
+}
+
+/// Active side, second half, for a QP made on the id: connects and waits for `established`.
+template <transport Transport, completion_strategy Completion>
+void finish_connect(connection<Transport, Completion>& c, connection_options const& opt) {
+    c.cm_id().connect(opt.params);
     // UC: librdmacm reports connect_response (its QP is not on the id) and `establish` finishes.
     constexpr bool uc = Transport::qp_type == IBV_QPT_UC;
-    event e = detail::expect(*c.channel_, uc ? event_type::connect_response : event_type::established,
-                             opt.event_timeout, what);
-    if constexpr (uc) c.id_.establish();
-    c.id_.set_min_rnr_timer(opt.params.min_rnr_timer); // the CM's RTR set 655 ms; the QP is in RTS now
-    c.peer_private_data_ = e.private_data_copy();
-    if constexpr (Transport::connected) {
-        c.peer_conn_ = e.conn();
-    } else {
-        c.peer_ud_ = e.ud();
-        c.peer_ah_ = std::make_unique<address_handle>(*c.pd_, c.peer_ud_.ah_attr);
+    event e = expect(*c.channel(), uc ? event_type::connect_response : event_type::established,
+                     opt.timeout(step::connect), "connecting to " + c.peer_name(), step::connect);
+    if constexpr (uc) c.cm_id().establish();
+    c.cm_id().set_min_rnr_timer(opt.params.min_rnr_timer); // the CM's RTR set 655 ms; the QP is in RTS now
+    c.set_peer(e.private_data_copy(), e.conn());
+    if constexpr (!Transport::connected) c.set_peer_ud(e.ud());
+    c.established();
+}
+} // namespace detail
+
+/// Active side: connects to `destination` and returns an established, self-contained connection
+/// of transport `Transport` (RC or UC over the TCP port space, UD over the UDP port space) with
+/// its own event channel: resolves the address and the route (each within its step's timeout),
+/// makes the PD, CQ and QP on the resolved device, connects with `opt.params` (private data
+/// included) and waits up to the connect timeout for `established`.
+/// @throws address_error, route_not_found_error, route_error while resolving; rejected_error
+///         (with the reject reason and the peer's private data: no listener is reason 8 on
+///         RoCE), unreachable_error, connect_error while connecting; timeout_error naming the
+///         step whose timeout ran out; argument_error for private data over 56 bytes (TCP) or
+///         180 (UDP), before anything is sent; sys_error when a verb fails.
+/// @see rdma_resolve_addr(3), rdma_resolve_route(3), rdma_create_qp(3), rdma_connect(3)
+template <transport Transport, completion_strategy Completion>
+[[nodiscard]] connection<Transport, Completion> connect(address const& destination,
+                                                        connection_options const& opt = {}) {
+    auto c = detail::resolve<Transport, Completion, legacy_post>(destination, opt);
+    c.make_own(opt.cq_entries);
+    c.create_qp(opt.caps);
+    detail::finish_connect(c, opt);
+    return c;
+}
+
+/// Active side on resources you own: as `connect(destination, opt)`, but the QP is made in
+/// `r.pd` on `r.send_cq` and `r.recv_cq` (and `r.srq` when given), which the connection only
+/// borrows: they must outlive it, and be on the device the CM resolves `destination` to.
+/// @throws as `connect(destination, opt)`; argument_error when the PD or a CQ is on another
+///         device, or `r.channel` is not the CQs' channel (nothing sent).
+template <transport Transport, completion_strategy Completion>
+[[nodiscard]] connection<Transport, Completion> connect(address const& destination, resources<Completion> const& r,
+                                                        connection_options const& opt = {}) {
+    auto c = detail::resolve<Transport, Completion, legacy_post>(destination, opt);
+    c.borrow(r);
+    c.create_qp(opt.caps);
+    detail::finish_connect(c, opt);
+    return c;
+}
+
+/// Active side for a QP you created (RC or UC, any post policy, `checked` or not, in RESET, in
+/// a PD on the device the CM resolves `destination` to): resolves, moves the QP to INIT with
+/// the CM's attributes (rdma_init_qp_attr(3) + ibv_modify_qp(3)), connects naming its QPN, and
+/// on the connect response moves it to RTR and RTS the same way (with `opt.params`'
+/// `responder_resources` and `initiator_depth` when not 255, and its `min_rnr_timer`) and sends
+/// the RTU (rdma_establish(3)). If a transition fails the request is rejected; whatever fails,
+/// the QP is in ERR when the error leaves (what was posted completes flushed; `reset()` it to
+/// connect again). The connection borrows the QP (it must outlive
+/// the connection) and owns only the id.
+/// @throws as `connect(destination, opt)`; argument_error when the QP is on another device or
+///         not in RESET (nothing sent); sys_error naming the state when a transition fails.
+/// @see rdma_init_qp_attr(3), rdma_establish(3)
+template <transport Transport, completion_strategy Completion, post_policy Post>
+    requires(Transport::connected)
+[[nodiscard]] connection<Transport, Completion, Post>
+connect(address const& destination, queue_pair<Transport, Completion, Post>& qp, connection_options const& opt = {}) {
+    auto c = detail::resolve<Transport, Completion, Post>(destination, opt);
+    c.adopt(qp);
+    auto& cm_id = c.cm_id();
+    try {
+        cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
+        cm_id.connect(opt.params, qp.qp_num(), false);
+        event e =
+            detail::expect(*c.channel(), event_type::connect_response, opt.timeout(step::connect),
+                           "connecting QP " + std::to_string(qp.qp_num()) + " to " + c.peer_name(), step::connect);
+        try {
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.params.initiator_depth);
+            id::set_min_rnr_timer(opt.params.min_rnr_timer, qp.native_handle());
+        } catch (...) {
+            (void)::rdma_reject(cm_id.native_handle(), nullptr, 0);
+            throw;
+        }
+        cm_id.establish();
+        c.set_peer(e.private_data_copy(), e.conn());
+    } catch (...) {
+        detail::fail_qp(qp);
+        throw;
     }
     c.established();
     return c;
 }
 
-/// The default `before_accept` of `connect_request::accept`: does nothing.
-struct no_preparation {
-    /// Does nothing with the connection.
-    template <class Connection>
-    void operator()(Connection&) const noexcept {}
-};
-
-/// A connect request taken by a `listener`: owns the new id until accepted or rejected, with a
-/// copy of the peer's private data and parameters. Move-only; destroying it unanswered destroys
-/// the id, which the peer sees as a reject or a timeout.
-/// Thread-safety: one thread at a time.
-class connect_request {
-public:
-    /// Takes the new id and data of a `connect_request` event `e` (already acknowledged; `e` may
-    /// be kept or dropped).
-    explicit connect_request(event const& e)
-        : id_(e.id()), private_data_(e.private_data_copy()), conn_(e.conn()), ud_(e.ud()) {}
-
-    /// The private data the peer sent with its request (the whole buffer the CM delivered,
-    /// zero padded past what the peer wrote).
-    [[nodiscard]] std::span<std::byte const> private_data() const noexcept { return private_data_; }
-    /// The peer's connection data (TCP port space).
-    [[nodiscard]] connection_data const& parameters() const noexcept { return conn_; }
-    /// The peer's address.
-    [[nodiscard]] address peer_address() const noexcept { return id_.peer_address(); }
-    /// The new id.
-    [[nodiscard]] cm::id& cm_id() noexcept { return id_; }
-
-    /// Accepts: moves the id to its own event channel, makes the PD, CQ and queue pair on its
-    /// device, calls `before_accept(connection&)` (post receives there: a UD peer may send the
-    /// moment it learns our QPN, and an unposted UD receive drops the datagram), accepts with
-    /// `opt.params` (private data included) and, for RC and UC, waits up to `opt.event_timeout`
-    /// for `established`. The request is empty afterwards.
-    /// @throws argument_error for private data over 196 bytes (TCP) or 136 (UDP), before anything
-    ///         is sent; timeout_error, connect_error when `established` does not come; sys_error
-    ///         when a call fails; whatever `before_accept` throws (the request is then dropped).
-    /// @see rdma_migrate_id(3), rdma_create_qp(3), rdma_accept(3)
-    template <transport Transport, completion_strategy Completion, class BeforeAccept = no_preparation>
-    [[nodiscard]] connection<Transport, Completion> accept(connection_options const& opt = {},
-                                                           BeforeAccept&& before_accept = {}) {
-        check_private_data(opt.params.private_data, private_data_message::accept, port_space_for<Transport>);
-        auto channel = std::make_unique<event_channel>();
-        id_.migrate(*channel);
-        auto c = make<Transport, Completion>(std::move(channel), opt);
-        before_accept(c);
-        c.id_.accept(opt.params);
-        if constexpr (Transport::connected) {
-            (void)detail::expect(*c.channel_, event_type::established, opt.event_timeout, "accepting " + c.peer_name());
-        }
-        c.established();
-        return c;
-    }
-
-    /// Accepts, keeping the id on the listener's channel: returns at once in state `connecting`
-    /// (UD: `established`); the caller's event loop hands the connection its events (`handle`).
-    /// `before_accept` as for `accept`.
-    /// @throws as `accept`, without the wait.
-    template <transport Transport, completion_strategy Completion, class BeforeAccept = no_preparation>
-    [[nodiscard]] connection<Transport, Completion> accept_shared(connection_options const& opt = {},
-                                                                  BeforeAccept&& before_accept = {}) {
-        check_private_data(opt.params.private_data, private_data_message::accept, port_space_for<Transport>);
-        auto c = make<Transport, Completion>(nullptr, opt);
-        before_accept(c);
-        c.id_.accept(opt.params);
-        if constexpr (!Transport::connected) c.monitor_->established();
-        return c;
-    }
-
-    /// Rejects with `private_data` (at most 148 bytes on TCP, 136 on UDP) and destroys the id.
-    /// @throws argument_error for private data over the limit; sys_error when rdma_reject(3) fails.
-    void reject(std::span<std::byte const> private_data = {}) {
-        id_.reject(private_data);
-        id_ = cm::id{nullptr};
-    }
-
-private:
-    template <transport Transport, completion_strategy Completion>
-    connection<Transport, Completion> make(std::unique_ptr<event_channel> channel, connection_options const& opt) {
-        connection<Transport, Completion> c{std::move(channel), std::move(id_), opt.cq_entries};
-        c.peer_private_data_ = std::move(private_data_);
-        c.peer_conn_ = conn_;
-        c.create_qp(opt.caps);
-        return c;
-    }
-
-    cm::id id_;
-    std::vector<std::byte> private_data_;
-    connection_data conn_;
-    ud_data ud_;
-};
-
-/// Passive side: an event channel and an id listening on an address, for transport
-/// `Transport` (TCP port space for RC/UC, UDP for UD). `get_request` takes the next connect
-/// request; `accept` takes it and accepts it. Move-only.
-///
-/// For a server that serves several clients from this one channel, put `channel().fd()` in an
-/// epoll set, take events with `channel().try_get()`, make a `connect_request` from each
-/// `connect_request` event, `accept_shared` it, and hand every other event to the connection
-/// whose id it names.
-/// Thread-safety: one thread at a time.
-/// @see rdma_bind_addr(3), rdma_listen(3)
-template <transport Transport>
-class listener {
-public:
-    /// Binds to `local` (port 0: a free port, see `port()`) and listens with `backlog`.
-    /// @throws address_error when the address cannot be bound; sys_error when a call fails.
-    explicit listener(address const& local, int backlog = 16) : listener(local, listener_options{.backlog = backlog}) {}
-
-    /// Sets `opt`'s options on the id, binds to `local` and listens with `opt.backlog`.
-    /// @throws unsupported_error when an option is refused; address_error when the address
-    ///         cannot be bound (EADDRINUSE: the port is taken, or was just closed and
-    ///         `reuse_address` is off); sys_error when a call fails.
-    listener(address const& local, listener_options const& opt) : id_(channel_, port_space_for<Transport>) {
-        if (opt.reuse_address) id_.set_reuse_address(true);
-        if (opt.type_of_service) id_.set_type_of_service(*opt.type_of_service);
-        if (opt.address_family_only) id_.set_address_family_only(*opt.address_family_only);
-        id_.bind(local);
-        id_.listen(opt.backlog);
-    }
-
-    /// The port listened on (host order).
-    [[nodiscard]] std::uint16_t port() const noexcept { return id_.local_address().port(); }
-    /// The channel the requests (and, for `accept_shared` connections, their events) arrive on.
-    [[nodiscard]] event_channel& channel() noexcept { return channel_; }
-    /// The listening id.
-    [[nodiscard]] cm::id& cm_id() noexcept { return id_; }
-
-    /// Waits up to `timeout` for the next connect request.
-    /// @throws timeout_error when none comes; cm_error for another event on the channel.
-    [[nodiscard]] connect_request get_request(std::chrono::milliseconds timeout) {
-        event e = detail::expect(channel_, event_type::connect_request, timeout,
-                                 "listening on " + id_.local_address().to_string());
-        return connect_request{e};
-    }
-
-    /// Waits up to `timeout` for a connect request and accepts it (see `connect_request::accept`).
-    /// @throws as `get_request` and `connect_request::accept`.
-    template <completion_strategy Completion>
-    [[nodiscard]] connection<Transport, Completion> accept(std::chrono::milliseconds timeout,
-                                                           connection_options const& opt = {}) {
-        return get_request(timeout).template accept<Transport, Completion>(opt);
-    }
-
-private:
-    event_channel channel_;
-    cm::id id_;
-};
-
-/// A multicast group joined through the CM, with a UD queue pair attached to it: what `mckey`
-/// does. Owns its event channel, id, PD, CQ, QP and the group's address handle; leaves the group
-/// on destruction. Send with `qp().post(send{…}.to(ah(), qpn(), qkey()))`; receive (with the
-/// 40-byte GRH in front) on the same QP.
-/// Thread-safety: one thread at a time.
-/// @see rdma_join_multicast(3), rdma_leave_multicast(3), mckey(1)
-template <completion_strategy Completion>
-class multicast_group {
-public:
-    /// Resolves `group` from `local` (the address of the RDMA device to use) within
-    /// `opt.resolve_timeout`, makes the PD, CQ and UD QP, joins and waits up to
-    /// `opt.event_timeout` for `multicast_join`.
-    /// @throws address_error, route_not_found_error when resolving fails; multicast_error when the
-    ///         join fails; timeout_error; sys_error when a call fails. Exception-safe: whatever
-    ///         throws after the join, the group is left (which detaches the QP) and the QP, CQ
-    ///         and PD are released in reverse order before the exception leaves.
-    multicast_group(address const& local, address const& group, connection_options const& opt = {})
-        : group_(group), id_(channel_, port_space::udp) {
-        try {
-            id_.resolve_address(group, opt.resolve_timeout, &local);
-            (void)detail::expect(channel_, event_type::addr_resolved,
-                                 opt.resolve_timeout + std::chrono::milliseconds{1000},
-                                 "resolving multicast group " + group.to_string());
-            pd_ = std::make_unique<protection_domain>(id_.context());
-            cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), opt.cq_entries);
-            qp_.emplace(id_.template create_qp<ud, Completion>(*pd_, *cq_, *cq_, opt.caps));
-            id_.join_multicast(group);
-            joined_ = true;
-            event e = detail::expect(channel_, event_type::multicast_join, opt.event_timeout,
-                                     "joining multicast group " + group.to_string());
-            ud_ = e.ud();
-            ah_ = std::make_unique<address_handle>(*pd_, ud_.ah_attr);
-        } catch (...) {
-            release();
-            throw;
-        }
-    }
-
-    multicast_group(multicast_group const&) = delete;
-    multicast_group& operator=(multicast_group const&) = delete;
-
-    ~multicast_group() { release(); }
-
-    /// Leaves the group now (the QP stops receiving from it).
-    /// @throws sys_error when rdma_leave_multicast(3) fails.
-    void leave() {
-        if (!joined_) return;
-        joined_ = false;
-        id_.leave_multicast(group_);
-    }
-
-    /// The UD queue pair attached to the group.
-    [[nodiscard]] queue_pair<ud, Completion>& qp() noexcept { return *qp_; }
-    /// Its CQ (sends and receives).
-    [[nodiscard]] completion_queue<Completion>& cq() noexcept { return *cq_; }
-    /// The PD: register the memory you post here.
-    [[nodiscard]] protection_domain& pd() noexcept { return *pd_; }
-    /// The group's address handle.
-    [[nodiscard]] address_handle const& ah() const noexcept { return *ah_; }
-    /// The group's QPN (0xffffff).
-    [[nodiscard]] std::uint32_t qpn() const noexcept { return ud_.qp_num; }
-    /// The group's Q_Key.
-    [[nodiscard]] std::uint32_t qkey() const noexcept { return ud_.qkey; }
-    /// The join event's UD data.
-    [[nodiscard]] ud_data const& join_data() const noexcept { return ud_; }
-
-private:
-    // Leaves the group (librdmacm detaches the QP from it; an attached QP cannot be destroyed),
-    // then releases the AH, QP, CQ and PD, newest first.
-    void release() noexcept {
-        ah_.reset();
-        if (joined_) (void)::rdma_leave_multicast(id_.native_handle(), group_.native());
-        joined_ = false;
-        if (qp_) {
-            id_.destroy_qp(*qp_);
-            qp_.reset();
-        }
-        cq_.reset();
-        pd_.reset();
-    }
-
-    address group_;
-    event_channel channel_;
-    cm::id id_;
-    std::unique_ptr<protection_domain> pd_;
-    std::unique_ptr<completion_queue<Completion>> cq_;
-    std::optional<queue_pair<ud, Completion>> qp_;
-    std::unique_ptr<address_handle> ah_;
-    ud_data ud_{};
-    bool joined_ = false;
-};
-
 } // namespace cm
 } // namespace v0
 } // namespace rdmacxx
+
+#include "rdmacxx/cm/listener.hpp"
+#include "rdmacxx/cm/multicast.hpp"

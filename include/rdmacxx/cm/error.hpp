@@ -197,11 +197,54 @@ public:
     using cm_error::cm_error;
 };
 
-/// The expected event did not arrive within its timeout. Its code is ETIMEDOUT.
+/// The step of a CM flow that a `timeout_error` names: which wait ran out.
+enum class step {
+    other,           ///< a wait of no named step (e.g. `listener::get_request`)
+    resolve_address, ///< rdma_resolve_addr(3) until `addr_resolved`
+    resolve_route,   ///< rdma_resolve_route(3) until `route_resolved`
+    connect,         ///< rdma_connect(3) until `established` (or the connect response)
+    accept,          ///< rdma_accept(3) until `established`
+    disconnect,      ///< rdma_disconnect(3) until `disconnected`
+    join,            ///< rdma_join_multicast(3) until `multicast_join`
+};
+
+/// "resolve address", "resolve route", "connect", "accept", "disconnect", "join", "other".
+[[nodiscard]] constexpr char const* to_string(step s) noexcept {
+    switch (s) {
+    case step::resolve_address:
+        return "resolve address";
+    case step::resolve_route:
+        return "resolve route";
+    case step::connect:
+        return "connect";
+    case step::accept:
+        return "accept";
+    case step::disconnect:
+        return "disconnect";
+    case step::join:
+        return "join";
+    case step::other:
+        break;
+    }
+    return "other";
+}
+
+/// The expected event did not arrive within its timeout, or the CM itself gave up on the step
+/// with ETIMEDOUT. Its code is ETIMEDOUT; `step()` names the step whose timeout ran out.
 class timeout_error : public cm_error {
 public:
     /// @param message what rdmacxx was waiting for, with the timeout
     explicit timeout_error(std::string message) : cm_error(std::nullopt, -ETIMEDOUT, std::move(message)) {}
+    /// @param s the step whose timeout ran out
+    /// @param message what rdmacxx was waiting for, with the timeout
+    timeout_error(cm::step s, std::string message)
+        : cm_error(std::nullopt, -ETIMEDOUT, std::string{to_string(s)} + " timed out: " + std::move(message)),
+          step_(s) {}
+    /// The step whose timeout ran out (`step::other` for a wait of no named step).
+    [[nodiscard]] cm::step step() const noexcept { return step_; }
+
+private:
+    cm::step step_ = cm::step::other;
 };
 
 /// The device or the kernel does not support what was asked of an id: an option

@@ -11,6 +11,7 @@
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/qp.hpp"
+#include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 
 #include <chrono>
@@ -232,11 +233,22 @@ public:
     [[nodiscard]] queue_pair<Transport, Completion>
     create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
               qp_capabilities const& caps = {}) {
+        return create_qp<Transport, Completion>(pd, send_cq, recv_cq, nullptr, caps);
+    }
+
+    /// As `create_qp` above, the QP taking its receive buffers from `srq` when not null (its own
+    /// receive queue then has no entries: post receives to the SRQ).
+    /// @throws sys_error when rdma_create_qp(3) fails.
+    template <transport Transport, completion_strategy Completion>
+    [[nodiscard]] queue_pair<Transport, Completion>
+    create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
+              shared_receive_queue* srq, qp_capabilities const& caps = {}) {
         ibv_qp_init_attr init{};
         init.send_cq = send_cq.native_handle();
         init.recv_cq = recv_cq.native_handle();
+        init.srq = srq != nullptr ? srq->native_handle() : nullptr;
         init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_recv_wr = caps.max_recv_wr;
+        init.cap.max_recv_wr = srq != nullptr ? 0 : caps.max_recv_wr;
         init.cap.max_send_sge = caps.max_send_sge;
         init.cap.max_recv_sge = caps.max_recv_sge;
         init.cap.max_inline_data = caps.max_inline_data;
@@ -252,7 +264,7 @@ public:
             if (made == nullptr) [[unlikely]]
                 rdmacxx::detail::throw_errno("ibv_create_qp", "for a UC QP on a CM id");
             try {
-                modify_with_cm(made, IBV_QPS_INIT);
+                modify_qp(made, IBV_QPS_INIT);
             } catch (...) {
                 (void)::ibv_destroy_qp(made);
                 throw;
@@ -311,21 +323,93 @@ public:
             rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
     }
 
-    /// Active side, UC: completes the connection once `connect_response` came (a UC QP made by
-    /// `create_qp` is not on the id, so librdmacm reports `connect_response`, not
-    /// `established`): moves the QP to RTR and RTS with the CM's attributes stripped of RC's
-    /// (rdma_init_qp_attr(3) + ibv_modify_qp(3)), then sends the RTU (rdma_establish(3)).
-    /// `cm::connect` calls it. Afterwards the QP is the id's, so `disconnect` moves it to ERR.
-    /// Does nothing when no UC QP waits.
+    /// Starts connecting a QP that was not made on this id (`qp_num`, taking its receives from an
+    /// SRQ when `srq`): the active side then gets `connect_response` instead of `established`,
+    /// moves its QP to RTR and RTS itself (`modify_qp`) and calls `establish`. Otherwise as
+    /// `connect(params)`.
+    /// @throws as `connect(params)`.
+    /// @see rdma_connect(3)
+    void connect(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
+        check_private_data(params.private_data, private_data_message::connect, space());
+        check_retries(params);
+        if (params.timeout) set_ack_timeout(*params.timeout);
+        rdma_conn_param p = native_params(params);
+        p.qp_num = qp_num;
+        p.srq = srq ? 1 : 0;
+        if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
+    }
+
+    /// Accepts the connect request this id came with for a QP that was not made on this id
+    /// (`qp_num`; `srq` when it takes its receives from an SRQ), which the caller has moved to
+    /// RTS already (`modify_qp`, as librdmacm does for its own QPs before it accepts).
+    /// @throws as `accept(params)`.
+    /// @see rdma_accept(3)
+    void accept(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
+        check_private_data(params.private_data, private_data_message::accept, space());
+        check_retries(params);
+        if (params.timeout) set_ack_timeout(*params.timeout);
+        rdma_conn_param p = native_params(params);
+        p.qp_num = qp_num;
+        p.srq = srq ? 1 : 0;
+        if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
+    }
+
+    /// Moves `qp`, a QP not made on this id, to `state` (INIT, RTR or RTS) with the attributes
+    /// the CM knows for this connection (rdma_init_qp_attr(3): port, P_Key, access, path, PSNs,
+    /// QPN, timeouts), then ibv_modify_qp(3). `rd_atomic`, when not 255, replaces the READ and
+    /// atomic depth of the step (RTR: `max_dest_rd_atomic`; RTS: `max_rd_atomic`); with 255 the
+    /// CM's value is kept, no more than the device's limit. A UC QP gets the attributes less
+    /// RC's (READ and atomic depth, ACK timeout, retries, RNR timer; no READ or atomic access).
+    /// @throws sys_error naming the state when rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
+    /// @see rdma_init_qp_attr(3)
+    void modify_qp(ibv_qp* qp, ibv_qp_state state, std::uint8_t rd_atomic = 255) {
+        ibv_qp_attr attr{};
+        attr.qp_state = state;
+        int mask = 0;
+        if (int rc = ::rdma_init_qp_attr(handle_.get(), &attr, &mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_init_qp_attr",
+                                           std::string{"for state "} + rdmacxx::detail::qp_state_name(state));
+        if (qp->qp_type == IBV_QPT_UC) {
+            // The TCP port space's attributes are RC's; ibv_modify_qp(3) refuses RC-only ones on UC.
+            mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                      IBV_QP_RNR_RETRY | IBV_QP_MIN_RNR_TIMER);
+            attr.qp_access_flags &= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE; // no READ or atomics on UC
+        } else if (state == IBV_QPS_RTR || state == IBV_QPS_RTS) {
+            ibv_device_attr dev{};
+            std::uint8_t& depth = state == IBV_QPS_RTR ? attr.max_dest_rd_atomic : attr.max_rd_atomic;
+            if (rd_atomic != 255) {
+                depth = rd_atomic;
+            } else if (::ibv_query_device(qp->context, &dev) == 0) {
+                int const limit = state == IBV_QPS_RTR ? dev.max_qp_rd_atom : dev.max_qp_init_rd_atom;
+                if (depth > limit) depth = static_cast<std::uint8_t>(limit);
+            }
+        }
+        if (int rc = ::ibv_modify_qp(qp, &attr, mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
+                                       std::string{"moving QP "} + std::to_string(qp->qp_num) + " to " +
+                                           rdmacxx::detail::qp_state_name(state) + " with the CM's attributes (" +
+                                           rdmacxx::detail::qp_mask_names(mask) + ")");
+    }
+
+    /// Completes the active side's connection of a QP not made on this id, once
+    /// `connect_response` came: a QP the caller made and moved to RTS (`modify_qp`), or a UC QP
+    /// from `create_qp` (which is not on the id, so librdmacm reports `connect_response`, not
+    /// `established`), which it moves to RTR and RTS itself with the CM's attributes less RC's.
+    /// Then sends the RTU (rdma_establish(3)); `established` follows on this id. A UC QP from
+    /// `create_qp` is the id's afterwards, so `disconnect` moves it to ERR. `cm::connect` calls it.
     /// @throws sys_error when rdma_init_qp_attr(3), ibv_modify_qp(3) or rdma_establish(3) fails.
+    /// @see rdma_establish(3)
     void establish() {
-        if (uc_.qp == nullptr) return;
-        modify_with_cm(uc_.qp, IBV_QPS_INIT); // INIT → INIT: the access flags the connection granted
-        modify_with_cm(uc_.qp, IBV_QPS_RTR);
-        modify_with_cm(uc_.qp, IBV_QPS_RTS);
+        if (uc_.qp != nullptr) {
+            modify_qp(uc_.qp, IBV_QPS_INIT); // INIT → INIT: the access flags the connection granted
+            modify_qp(uc_.qp, IBV_QPS_RTR);
+            modify_qp(uc_.qp, IBV_QPS_RTS);
+        }
         if (int rc = ::rdma_establish(handle_.get()); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_establish", "to " + peer_address().to_string());
-        handle_->qp = std::exchange(uc_.qp, nullptr);
+        if (uc_.qp != nullptr) handle_->qp = std::exchange(uc_.qp, nullptr);
     }
 
     /// Accepts the connect request this id came with (event `established` follows on RC and
@@ -341,9 +425,9 @@ public:
         if (params.timeout) set_ack_timeout(*params.timeout);
         rdma_conn_param p = native_params(params);
         if (uc_.qp != nullptr) { // UC: moved here, as librdmacm would with RC's attributes (see create_qp)
-            modify_with_cm(uc_.qp, IBV_QPS_INIT);
-            modify_with_cm(uc_.qp, IBV_QPS_RTR);
-            modify_with_cm(uc_.qp, IBV_QPS_RTS);
+            modify_qp(uc_.qp, IBV_QPS_INIT);
+            modify_qp(uc_.qp, IBV_QPS_RTR);
+            modify_qp(uc_.qp, IBV_QPS_RTS);
             p.qp_num = uc_.qp->qp_num;
         }
         if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
@@ -398,8 +482,12 @@ public:
     /// in RTS (after `accept`, or once `established` came on the active side): an RTS → RTS
     /// ibv_modify_qp(3). Does nothing without a QP or on UD.
     /// @throws sys_error when ibv_modify_qp(3) fails.
-    void set_min_rnr_timer(rdmacxx::rnr_timer timer) {
-        ibv_qp* qp = handle_->qp;
+    void set_min_rnr_timer(rdmacxx::rnr_timer timer) { set_min_rnr_timer(timer, handle_->qp); }
+
+    /// As `set_min_rnr_timer(timer)`, on `qp` (a QP connected through this id but not made on
+    /// it, in RTS). Does nothing for a null or UD `qp`.
+    /// @throws sys_error when ibv_modify_qp(3) fails.
+    static void set_min_rnr_timer(rdmacxx::rnr_timer timer, ibv_qp* qp) {
         if (qp == nullptr || qp->qp_type != IBV_QPT_RC) return;
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RTS;
@@ -509,27 +597,6 @@ private:
                                                   a.to_string() + " needs an InfiniBand port, and this host has " +
                                                   (seen.empty() ? std::string{"no RDMA port"} : "only " + seen) +
                                                   "; RoCE ids take AF_INET or AF_INET6 addresses");
-    }
-
-    // Moves `qp` (UC) to `state` with the attributes the CM gives for it (rdma_init_qp_attr(3)),
-    // less those UC does not have: the CM computes them for the port space's QP type, RC on the
-    // TCP port space, and ibv_modify_qp(3) refuses RC-only attributes on a UC QP.
-    void modify_with_cm(ibv_qp* qp, ibv_qp_state state) {
-        ibv_qp_attr attr{};
-        int mask = 0;
-        attr.qp_state = state;
-        if (int rc = ::rdma_init_qp_attr(handle_.get(), &attr, &mask); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_init_qp_attr",
-                                           std::string{"for the "} + rdmacxx::detail::qp_state_name(state) +
-                                               " attributes of UC QP " + std::to_string(qp->qp_num));
-        mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                  IBV_QP_RNR_RETRY | IBV_QP_MIN_RNR_TIMER);
-        attr.qp_access_flags &= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE; // no READ or atomics on UC
-        if (int rc = ::ibv_modify_qp(qp, &attr, mask); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
-                                       std::string{"moving UC QP "} + std::to_string(qp->qp_num) + " to " +
-                                           rdmacxx::detail::qp_state_name(state) + " with the CM's attributes, mask " +
-                                           rdmacxx::detail::qp_mask_names(mask));
     }
 
     static void check_retries(connection_parameters const& params) {

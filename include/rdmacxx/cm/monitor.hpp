@@ -125,12 +125,18 @@ public:
         changed_.notify_all();
     }
 
-    /// Starts our side of the disconnect when established (rdma_disconnect(3): the QP to ERR, a
-    /// DREQ to the peer) and marks the connection disconnected. Returns 0, or the call's errno.
+    /// Starts our side of the disconnect when established (rdma_disconnect(3): a DREQ to the
+    /// peer; the QP to ERR, also one not made on the id, which librdmacm does not know) and marks
+    /// the connection disconnected. Returns 0, or the call's errno.
     int disconnect() noexcept {
         std::lock_guard lock{mutex_};
         if (state_.load(std::memory_order_relaxed) != connection_state::established) return 0;
         int const rc = ::rdma_disconnect(id_);
+        if (qp_ != nullptr) {
+            ibv_qp_attr attr{};
+            attr.qp_state = IBV_QPS_ERR;
+            (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
+        }
         state_.store(connection_state::disconnected, std::memory_order_release);
         changed_.notify_all();
         return rc == 0 ? 0 : rdmacxx::detail::cm_errno(rc);

@@ -1,0 +1,154 @@
+#pragma once
+/// @file
+/// `cm::multicast_group`: a multicast group joined through the RDMA CM with a UD queue pair
+/// attached, on its own PD and CQ or on `cm::resources` you own.
+
+#include "rdmacxx/cm/connection.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace cm {
+
+/// A multicast group joined through the CM, with a UD queue pair attached to it: what `mckey`
+/// does. Owns its event channel, id, QP and the group's address handle, and either owns a PD and
+/// CQ or borrows them (`cm::resources`); leaves the group on destruction. Send with `qp().post(send{…}.to(ah(), qpn(),
+/// qkey()))`; receive (with the 40-byte GRH in front) on the same QP. Thread-safety: one thread at a time.
+/// @see rdma_join_multicast(3), rdma_leave_multicast(3), mckey(1)
+template <completion_strategy Completion>
+class multicast_group {
+public:
+    /// Resolves `group` from `local` (the address of the RDMA device to use) within the
+    /// options' resolve-address timeout, makes the PD, CQ and UD QP, joins and waits up to
+    /// `opt.event_timeout` for `multicast_join`.
+    /// @throws address_error, route_not_found_error when resolving fails; multicast_error when the
+    ///         join fails; timeout_error naming the step; sys_error when a call fails.
+    ///         Exception-safe: whatever throws after the join, the group is left (which detaches
+    ///         the QP) and the QP, CQ and PD are released in reverse order before the exception
+    ///         leaves.
+    multicast_group(address const& local, address const& group, connection_options const& opt = {})
+        : group_(group), id_(channel_, port_space::udp) {
+        setup(local, opt, nullptr);
+    }
+
+    /// As the constructor above, the UD QP made in `r.pd` on `r.send_cq` and `r.recv_cq` (and
+    /// `r.srq`), which the group only borrows: they must outlive it and be on the device of
+    /// `local`.
+    /// @throws as the constructor above; argument_error when the PD or a CQ is on another device.
+    multicast_group(address const& local, address const& group, resources<Completion> const& r,
+                    connection_options const& opt = {})
+        : group_(group), id_(channel_, port_space::udp) {
+        setup(local, opt, &r);
+    }
+
+    multicast_group(multicast_group const&) = delete;
+    multicast_group& operator=(multicast_group const&) = delete;
+
+    ~multicast_group() { release(); }
+
+    /// Leaves the group now (the QP stops receiving from it).
+    /// @throws sys_error when rdma_leave_multicast(3) fails.
+    void leave() {
+        if (!joined_) return;
+        joined_ = false;
+        id_.leave_multicast(group_);
+    }
+
+    /// The UD queue pair attached to the group.
+    [[nodiscard]] queue_pair<ud, Completion>& qp() noexcept { return *qp_; }
+    /// Its CQ of sends, which is also that of receives when the group made its own.
+    [[nodiscard]] completion_queue<Completion>& cq() noexcept { return *send_cq_; }
+    /// Its CQ of receives.
+    [[nodiscard]] completion_queue<Completion>& recv_cq() noexcept { return *recv_cq_; }
+    /// The PD: register the memory you post here.
+    [[nodiscard]] protection_domain& pd() noexcept { return *pd_; }
+    /// The completion channel of its CQs (its own, or the one given in `cm::resources`); null
+    /// for `busy_poll` or when none was given.
+    [[nodiscard]] completion_channel* cq_channel() const noexcept { return comp_channel_; }
+    /// The group's address handle.
+    [[nodiscard]] address_handle const& ah() const noexcept { return *ah_; }
+    /// The group's QPN (0xffffff).
+    [[nodiscard]] std::uint32_t qpn() const noexcept { return ud_.qp_num; }
+    /// The group's Q_Key.
+    [[nodiscard]] std::uint32_t qkey() const noexcept { return ud_.qkey; }
+    /// The join event's UD data.
+    [[nodiscard]] ud_data const& join_data() const noexcept { return ud_; }
+
+private:
+    void setup(address const& local, connection_options const& opt, resources<Completion> const* r) {
+        try {
+            auto const timeout = opt.timeout(step::resolve_address);
+            id_.resolve_address(group_, timeout, &local);
+            (void)detail::expect(channel_, event_type::addr_resolved, timeout + std::chrono::milliseconds{1000},
+                                 "resolving multicast group " + group_.to_string(), step::resolve_address);
+            if (r != nullptr) {
+                detail::check_resources(*r, id_.native_handle()->verbs, "joining " + group_.to_string());
+                pd_ = &r->pd;
+                send_cq_ = &r->send_cq;
+                recv_cq_ = &r->recv_cq;
+                comp_channel_ = r->channel;
+            } else {
+                own_pd_ = std::make_unique<protection_domain>(id_.context());
+                if constexpr (Completion::uses_channel) {
+                    own_channel_ = std::make_unique<completion_channel>(id_.context());
+                    own_cq_ =
+                        std::make_unique<completion_queue<Completion>>(id_.context(), opt.cq_entries, *own_channel_);
+                } else {
+                    own_cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), opt.cq_entries);
+                }
+                pd_ = own_pd_.get();
+                send_cq_ = recv_cq_ = own_cq_.get();
+                comp_channel_ = own_channel_.get();
+            }
+            qp_.emplace(id_.template create_qp<ud, Completion>(*pd_, *send_cq_, *recv_cq_,
+                                                               r != nullptr ? r->srq : nullptr, opt.caps));
+            id_.join_multicast(group_);
+            joined_ = true;
+            event e = detail::expect(channel_, event_type::multicast_join, opt.event_timeout,
+                                     "joining multicast group " + group_.to_string(), step::join);
+            ud_ = e.ud();
+            ah_ = std::make_unique<address_handle>(*pd_, ud_.ah_attr);
+        } catch (...) {
+            release();
+            throw;
+        }
+    }
+
+    // Leaves the group (librdmacm detaches the QP from it; an attached QP cannot be destroyed),
+    // then releases the AH, QP, CQ and PD, newest first.
+    void release() noexcept {
+        ah_.reset();
+        if (joined_) (void)::rdma_leave_multicast(id_.native_handle(), group_.native());
+        joined_ = false;
+        if (qp_) {
+            id_.destroy_qp(*qp_);
+            qp_.reset();
+        }
+        own_cq_.reset();
+        own_channel_.reset();
+        own_pd_.reset();
+    }
+
+    address group_;
+    event_channel channel_;
+    cm::id id_;
+    std::unique_ptr<protection_domain> own_pd_;
+    std::unique_ptr<completion_channel> own_channel_;
+    std::unique_ptr<completion_queue<Completion>> own_cq_;
+    protection_domain* pd_ = nullptr;
+    completion_queue<Completion>* send_cq_ = nullptr;
+    completion_queue<Completion>* recv_cq_ = nullptr;
+    completion_channel* comp_channel_ = nullptr;
+    std::optional<queue_pair<ud, Completion>> qp_;
+    std::unique_ptr<address_handle> ah_;
+    ud_data ud_{};
+    bool joined_ = false;
+};
+
+} // namespace cm
+} // namespace v0
+} // namespace rdmacxx
