@@ -660,8 +660,47 @@ public:
         }
     }
 
-    /// Requests per doorbell of `post(std::span)`.
+    /// As `post(std::span<W const>)`, for a span of non-const requests (`std::span{vector}`).
+    template <class W>
+        requires(!std::is_const_v<W> && postable_on<W, Transport>)
+    void post(std::span<W> wrs) { post(std::span<W const>{wrs}); }
+
+    /// Requests per doorbell of `post(std::span)` and `post_recv(std::span)`.
     static constexpr std::size_t max_chain = 64;
+
+    /// Posts a run of receive requests of one type whose length is known only at run time:
+    /// built on the stack (no heap allocation) and chained `max_chain` at a time, so that up to
+    /// 64 receives reach the device with one ibv_post_recv(3), one doorbell.
+    /// @throws wr_error whose `bad_index()` counts from the start of `wrs` when ibv_post_recv(3)
+    ///         refuses one (e.g. ENOMEM on a full receive queue): those before it were posted,
+    ///         it and those after it were not.
+    /// @see ibv_post_recv(3)
+    template <recv_work_request W>
+    void post_recv(std::span<W const> wrs) {
+        for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
+            std::size_t const n = std::min(max_chain, wrs.size() - base);
+            std::array<ibv_recv_wr, max_chain> chain; // build and next set every field: no zeroing
+            for (std::size_t i = 0; i < n; ++i) {
+                wrs[base + i].build(chain[i]);
+                chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
+            }
+            if constexpr (tracked) {
+                post_tracked_or_throw(chain.data(), n, base);
+                continue;
+            }
+            ibv_recv_wr* bad = nullptr;
+            if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
+                std::size_t const i = bad != nullptr && bad >= chain.data() && bad < chain.data() + n
+                                          ? static_cast<std::size_t>(bad - chain.data())
+                                          : 0;
+                detail::throw_post(rc, "ibv_post_recv", base + i, chain[i].wr_id, -1, qp_num());
+            }
+        }
+    }
+    /// As `post_recv(std::span<W const>)`, for a span of non-const requests.
+    template <recv_work_request W>
+        requires(!std::is_const_v<W>)
+    void post_recv(std::span<W> wrs) { post_recv(std::span<W const>{wrs}); }
 
     /// Any request the transport cannot carry lands here and fails to compile with a sentence.
     template <class... Wrs>
