@@ -3,9 +3,9 @@
 /// Completions: `work_completion`, the completion strategies `busy_poll` and `event_driven`,
 /// `completion_channel`, and `completion_queue<Completion>`.
 
-#include "rdmacxx/checked.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/detail/anchor.hpp"
+#include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/detail/wait.hpp"
 #include "rdmacxx/error.hpp"
 
@@ -486,7 +486,8 @@ private:
                                   channel != nullptr ? channel->native_handle() : nullptr, 0));
         if (!cq_) [[unlikely]]
             detail::throw_errno("ibv_create_cq", [&] { return "with " + std::to_string(min_entries) + " entries"; });
-        if constexpr (tracked) ledger_ = std::make_shared<detail::cq_ledger>(cq_.get());
+        if constexpr (tracked)
+            ledger_ = std::make_shared<typename detail::dependent<Completion, detail::cq_ledger>::type>(cq_.get());
     }
 
     // ibv_poll_cq(3), through the in-flight ledger when tracked.

@@ -228,8 +228,8 @@ private:
     }
 
     void track(completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq) requires(tracked) {
-        tracking_ = std::make_unique<detail::qp_tracking>(qp_->context, qp_->qp_num, send_cq.in_flight_ledger(),
-                                                          recv_cq.in_flight_ledger());
+        tracking_ = std::make_unique<typename detail::dependent<Completion, detail::qp_tracking>::type>(
+            qp_->context, qp_->qp_num, send_cq.in_flight_ledger(), recv_cq.in_flight_ledger());
     }
 
     // The extended post API: ibv_create_qp_ex(3) with the transport's operations announced.

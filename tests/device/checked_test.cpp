@@ -2,6 +2,7 @@
 // and per memory region until the completions are polled, refuse to let a region with work in
 // flight go, and drain a destroyed QP's work before the QP is gone.
 #include "fixture.hpp"
+#include "rdmacxx/checked.hpp" // opt-in: not part of the umbrella header
 
 #include <chrono>
 #include <memory>
