@@ -16,6 +16,7 @@
 // Names: GROUP/TWIN/…, e.g. lat/rdmacxx/send/busy/64; tools/bench selects one twin with
 // --benchmark_filter='^[a-z]+/raw/'.
 
+#include "rdmacxx/checked.hpp" // opt-in: not part of the umbrella header
 #include "rdmacxx/rdmacxx.hpp"
 
 #include <arpa/inet.h>

@@ -10,6 +10,7 @@
 /// `tools/instruction-counts` are those of hand-written verbs).
 
 #include "rdmacxx/detail/ledger.hpp"
+#include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/detail/verbs.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/in_flight.hpp"
@@ -67,14 +68,6 @@ struct checked : detail::spin_of<C> {
     /// True: queue pairs and CQs of this strategy track work in flight.
     static constexpr bool tracks_in_flight = true;
 };
-
-namespace detail {
-/// True for `checked<C>`.
-template <class C>
-inline constexpr bool tracks_in_flight = requires {
-    requires C::tracks_in_flight;
-};
-} // namespace detail
 
 } // namespace v0
 } // namespace rdmacxx

@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
+#include <memory> // std::hash (declared here too; <functional> would bring <unordered_map>)
 #include <ostream>
 #include <string>
 #include <string_view>

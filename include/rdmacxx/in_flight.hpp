@@ -8,9 +8,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
-#include <iostream>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -46,7 +47,7 @@ private:
 };
 
 /// What a destructor does with an `in_flight_error` (destructors do not throw): the default
-/// prints `dump_detailed(std::cerr, "E:", 2)` and calls std::terminate(), as `std::thread`'s
+/// prints `dump_detailed(…, "E:", 2)` to stderr and calls std::terminate(), as `std::thread`'s
 /// destructor does for a thread still joinable, except while an exception unwinds the stack
 /// (then it only prints, and the exception in flight goes on).
 using in_flight_handler = void (*)(in_flight_error const&) noexcept;
@@ -54,7 +55,9 @@ using in_flight_handler = void (*)(in_flight_error const&) noexcept;
 namespace detail {
 inline void default_in_flight_handler(in_flight_error const& e) noexcept {
     try {
-        e.dump_detailed(std::cerr, "E:", 2);
+        std::ostringstream out; // not std::cerr: <iostream> stays out of every user's build
+        e.dump_detailed(out, "E:", 2);
+        std::fputs(out.str().c_str(), stderr);
     } catch (...) { // NOLINT(bugprone-empty-catch): nothing more to do on the way to terminate
     }
     if (std::uncaught_exceptions() == 0) std::terminate(); // while unwinding, the first error goes on

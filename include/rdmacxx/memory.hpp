@@ -4,9 +4,10 @@
 /// `local_span<T>` (address, length, lkey) and `remote_span<T>` (address, length, rkey).
 
 #include "rdmacxx/access.hpp"
-#include "rdmacxx/checked.hpp"
+#include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/detail/wire.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/in_flight.hpp"
 #include "rdmacxx/pd.hpp"
 
 #include <algorithm>
@@ -352,9 +353,7 @@ public:
     [[nodiscard]] ibv_mr* native_handle() const noexcept { return handle_.get(); }
 
 private:
-    static std::uint64_t in_flight(ibv_mr const* mr) noexcept {
-        return detail::region_ledger::used() ? detail::region_ledger::instance().count(mr->context, mr->lkey) : 0;
-    }
+    static std::uint64_t in_flight(ibv_mr const* mr) noexcept { return detail::region_in_flight(mr); }
     static std::string in_flight_message(ibv_mr const* mr, std::uint64_t n, char const* what) {
         std::string s = "memory region [0x";
         s.append(to_hex(reinterpret_cast<std::uintptr_t>(mr->addr))).append(", +").append(std::to_string(mr->length));

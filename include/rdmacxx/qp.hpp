@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -234,8 +233,8 @@ private:
     }
 
     void track(completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq) requires(tracked) {
-        tracking_ = std::make_unique<detail::qp_tracking>(qp_->context, qp_->qp_num, send_cq.in_flight_ledger(),
-                                                          recv_cq.in_flight_ledger());
+        tracking_ = std::make_unique<typename detail::dependent<Completion, detail::qp_tracking>::type>(
+            qp_->context, qp_->qp_num, send_cq.in_flight_ledger(), recv_cq.in_flight_ledger());
     }
 
     // The extended post API: ibv_create_qp_ex(3) with the transport's operations announced.
@@ -607,7 +606,7 @@ public:
                 detail::throw_post(rc, "ibv_wr_complete", 0, first_wr_id(wrs...), first_opcode<Wrs...>(), qp_num());
             return;
         }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link zeroes each before building it
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link fills what providers read: no zeroing
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
         link(chain, sges, wrs...);
         if constexpr (tracked) {
@@ -652,8 +651,7 @@ public:
             std::array<ibv_send_wr, max_chain> chain;
             for (std::size_t i = 0; i < n; ++i) {
                 check_one(wrs[base + i], base + i);
-                chain[i] = ibv_send_wr{};
-                wrs[base + i].template build<Transport>(chain[i]);
+                wrs[base + i].template build<Transport>(chain[i]); // every field providers read: no zeroing
                 chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
             }
             if constexpr (tracked) {
@@ -671,8 +669,47 @@ public:
         }
     }
 
-    /// Requests per doorbell of `post(std::span)`.
+    /// As `post(std::span<W const>)`, for a span of non-const requests (`std::span{vector}`).
+    template <class W>
+        requires(!std::is_const_v<W> && postable_on<W, Transport>)
+    void post(std::span<W> wrs) { post(std::span<W const>{wrs}); }
+
+    /// Requests per doorbell of `post(std::span)` and `post_recv(std::span)`.
     static constexpr std::size_t max_chain = 64;
+
+    /// Posts a run of receive requests of one type whose length is known only at run time:
+    /// built on the stack (no heap allocation) and chained `max_chain` at a time, so that up to
+    /// 64 receives reach the device with one ibv_post_recv(3), one doorbell.
+    /// @throws wr_error whose `bad_index()` counts from the start of `wrs` when ibv_post_recv(3)
+    ///         refuses one (e.g. ENOMEM on a full receive queue): those before it were posted,
+    ///         it and those after it were not.
+    /// @see ibv_post_recv(3)
+    template <recv_work_request W>
+    void post_recv(std::span<W const> wrs) {
+        for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
+            std::size_t const n = std::min(max_chain, wrs.size() - base);
+            std::array<ibv_recv_wr, max_chain> chain; // build and next set every field: no zeroing
+            for (std::size_t i = 0; i < n; ++i) {
+                wrs[base + i].build(chain[i]);
+                chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
+            }
+            if constexpr (tracked) {
+                post_tracked_or_throw(chain.data(), n, base);
+                continue;
+            }
+            ibv_recv_wr* bad = nullptr;
+            if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
+                std::size_t const i = bad != nullptr && bad >= chain.data() && bad < chain.data() + n
+                                          ? static_cast<std::size_t>(bad - chain.data())
+                                          : 0;
+                detail::throw_post(rc, "ibv_post_recv", base + i, chain[i].wr_id, -1, qp_num());
+            }
+        }
+    }
+    /// As `post_recv(std::span<W const>)`, for a span of non-const requests.
+    template <recv_work_request W>
+        requires(!std::is_const_v<W>)
+    void post_recv(std::span<W> wrs) { post_recv(std::span<W const>{wrs}); }
 
     /// Any request the transport cannot carry lands here and fails to compile with a sentence.
     template <class... Wrs>
@@ -709,7 +746,7 @@ public:
                 return {rc, 0};
             return {};
         }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link zeroes each before building it
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link fills what providers read: no zeroing
         std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
         link(chain, sges, wrs...);
         if constexpr (tracked) return try_post_tracked(chain.data(), chain.size());
@@ -868,11 +905,10 @@ private:
                                  Wrs const&... wrs) noexcept {
         [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
             std::size_t at = 0;
-            // Each request zeroed just before it is built (as a C programmer's memset per request),
-            // not the whole chain up front: GCC then drops the zeros that the build overwrites,
-            // where at -O3 it would clear a 16-request chain with `rep stos` first.
-            ((std::memset(&chain[I], 0, sizeof(ibv_send_wr)), wrs.template build<Transport>(chain[I]),
-              chain[I].sg_list = copy_sges(sges, at, wrs.sges()), chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
+            // No zeroing: build() sets every field a provider reads for the operation, and the
+            // memory-window and TSO members (48 of the 128 bytes) are never read for ours.
+            ((wrs.template build<Transport>(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
+              chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
              ...);
         }
         (std::make_index_sequence<N>{});

@@ -1,6 +1,8 @@
 #pragma once
 /// @file
-/// The umbrella header: everything rdmacxx offers.
+/// The umbrella header: everything rdmacxx offers but the opt-in in-flight tracking, whose
+/// `checked<C>` strategies (and the mutex, hash maps and ledgers behind them) come only with
+/// `#include "rdmacxx/checked.hpp"`.
 
 #include "rdmacxx/version.hpp"
 
@@ -9,7 +11,6 @@
 #include "rdmacxx/async.hpp"
 #include "rdmacxx/bootstrap/bootstrap.hpp"
 #include "rdmacxx/bootstrap/peer_group.hpp"
-#include "rdmacxx/checked.hpp"
 #include "rdmacxx/cm/address.hpp"
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/cm/error.hpp"

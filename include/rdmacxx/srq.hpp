@@ -64,7 +64,7 @@ public:
     template <recv_work_request... Wrs>
         requires(sizeof...(Wrs) > 0)
     void post_recv(Wrs const&... wrs) {
-        std::array<ibv_recv_wr, sizeof...(Wrs)> chain{};
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // build and next set every field: no zeroing
         std::size_t i = 0;
         ((wrs.build(chain[i]), chain[i].next = i + 1 < chain.size() ? &chain[i + 1] : nullptr, ++i), ...);
         ibv_recv_wr* bad = nullptr;

@@ -143,13 +143,17 @@ protected:
     constexpr explicit send_wr_base(sg_list<Sges> const& sg) noexcept : sg_(sg) {}
     constexpr send_wr_base() noexcept = default; // for the overloads that only explain misuse
 
-    /// Fills the fields every send-queue request has.
+    /// Fills the fields every send-queue request has, and those a provider reads whatever the
+    /// operation: the immediate data (0 here; the `_imm` requests overwrite it) and the XRC
+    /// remote SRQ number (rxe copies both into its WQE for every opcode). `next` is the caller's.
     void fill_common(ibv_send_wr& wr, ibv_wr_opcode opcode) const noexcept {
         wr.wr_id = wr_id_;
         wr.sg_list = const_cast<ibv_sge*>(sg_.entries.data()); // the provider only reads it
         wr.num_sge = static_cast<int>(Sges);
         wr.opcode = opcode;
         wr.send_flags = flags_;
+        wr.imm_data = 0;
+        wr.qp_type.xrc.remote_srqn = 0;
     }
 
 private:
@@ -193,10 +197,19 @@ public:
 
 protected:
     using send_wr_base<Derived, Sges>::send_wr_base;
-    void fill_ud(ibv_send_wr& wr) const noexcept {
-        wr.wr.ud.ah = dest_.ah;
-        wr.wr.ud.remote_qpn = dest_.remote_qpn;
-        wr.wr.ud.remote_qkey = dest_.remote_qkey;
+    // The destination: on UD the address handle, remote QPN and Q_Key; on a connected transport
+    // the same 16 bytes zeroed, since rxe reads `wr.rdma.remote_addr` (which overlays `wr.ud.ah`)
+    // into its WQE for every opcode.
+    template <class Transport>
+    void fill_destination(ibv_send_wr& wr) const noexcept {
+        if constexpr (Transport::qp_type == IBV_QPT_UD) {
+            wr.wr.ud.ah = dest_.ah;
+            wr.wr.ud.remote_qpn = dest_.remote_qpn;
+            wr.wr.ud.remote_qkey = dest_.remote_qkey;
+        } else {
+            wr.wr.rdma.remote_addr = 0;
+            wr.wr.rdma.rkey = 0;
+        }
     }
 
 private:
@@ -225,11 +238,14 @@ public:
     explicit send(M const&) requires(Sges == 1) {
         static_assert(detail::dependent_false<M>, RDMACXX_NEEDS_LOCAL_SPAN);
     }
-    /// Fills `wr` (zero-initialised by the caller) for transport `Transport`.
+    /// Fills `wr` for transport `Transport`: every field a provider reads for this operation
+    /// (`wr_id`, `sg_list`, `num_sge`, `opcode`, `send_flags`, `imm_data`, the `wr` union's
+    /// members of the operation, `qp_type`), not `next` (the caller's) and not the memory-window
+    /// and TSO members no request of this library uses. `wr` need not be zeroed first.
     template <class Transport>
     void build(ibv_send_wr& wr) const noexcept {
         this->fill_common(wr, opcode);
-        if constexpr (Transport::qp_type == IBV_QPT_UD) this->fill_ud(wr);
+        this->template fill_destination<Transport>(wr);
     }
 };
 template <class T>
@@ -265,7 +281,7 @@ public:
     void build(ibv_send_wr& wr) const noexcept {
         this->fill_common(wr, opcode);
         wr.imm_data = htonl(imm_);
-        if constexpr (Transport::qp_type == IBV_QPT_UD) this->fill_ud(wr);
+        this->template fill_destination<Transport>(wr);
     }
 
 private:
@@ -562,7 +578,8 @@ public:
     [[nodiscard]] constexpr std::uint64_t wr_id() const noexcept { return wr_id_; }
     [[nodiscard]] constexpr std::span<ibv_sge const, Sges> sges() const noexcept { return sg_.entries; }
     [[nodiscard]] constexpr std::uint64_t bytes() const noexcept { return sg_.bytes; }
-    /// Fills `wr` (zero-initialised by the caller).
+    /// Fills `wr`'s `wr_id`, `sg_list` and `num_sge` (every field but `next`, the caller's);
+    /// `wr` need not be zeroed first.
     void build(ibv_recv_wr& wr) const noexcept {
         wr.wr_id = wr_id_;
         wr.sg_list = const_cast<ibv_sge*>(sg_.entries.data()); // the provider only reads it

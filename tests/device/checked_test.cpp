@@ -2,11 +2,13 @@
 // and per memory region until the completions are polled, refuse to let a region with work in
 // flight go, and drain a destroyed QP's work before the QP is gone.
 #include "fixture.hpp"
+#include "rdmacxx/checked.hpp" // opt-in: not part of the umbrella header
 
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +120,40 @@ TEST_CASE("checked: deregistering a region with work in flight throws and keeps 
     CHECK(std::equal(src.bytes_.begin(), src.bytes_.end(), dst.bytes_.begin()));
     dst.mr.deregister(); // nothing in flight now
     CHECK(dst.mr.native_handle() == nullptr);
+}
+
+TEST_CASE("checked: a run-time span of receives is tracked, and a refused one is not left on record") {
+    test::loopback<rx::rc, rx::checked<rx::busy_poll>> lb({.max_send_wr = 64, .max_recv_wr = 15});
+    std::size_t const cap = lb.b.capabilities().max_recv_wr;
+    test::buffer src(lb.pd, 8), dst(lb.pd, 64 * 64);
+    std::vector<rx::recv<>> recvs;
+    for (std::size_t i = 0; i < 4; ++i)
+        recvs.push_back(rx::recv{dst.span().subspan(i * 64, 64)}.id(500 + i));
+    lb.b.post_recv(std::span{recvs});
+    CHECK(lb.b.in_flight_recvs() == 4);
+    CHECK(dst.mr.in_flight() == 4);
+    for (std::size_t i = 0; i < 4; ++i)
+        lb.a.post(rx::send{src.span()}.id(i));
+    for (std::size_t i = 0; i < 4; ++i) {
+        CHECK(wait_ok(lb.cq_a).wr_id() == i);
+        CHECK(wait_ok(lb.cq_b).wr_id() == 500 + i); // the user's wr_id, not the ledger's tag
+    }
+    CHECK(lb.b.in_flight_recvs() == 0);
+
+    // More than the queue holds, in one chain: the refused ones are taken off the ledger again.
+    recvs.clear();
+    for (std::size_t i = 0; i < cap + 5; ++i)
+        recvs.push_back(rx::recv{dst.span().subspan(i * 64, 64)}.id(600 + i));
+    try {
+        lb.b.post_recv(std::span{recvs});
+        FAIL("a chain longer than the receive queue was accepted whole");
+    } catch (rx::wr_error const& e) {
+        CHECK(e.bad_index() == cap);
+        CHECK(e.wr_id() == 600 + cap);
+    }
+    CHECK(lb.b.in_flight_recvs() == cap);
+    lb.b.reset(); // the posted receives go without completions
+    CHECK(lb.b.in_flight_recvs() == 0);
 }
 
 TEST_CASE("checked: destroying a region with work in flight reports an in_flight_error") {

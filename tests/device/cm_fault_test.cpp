@@ -439,7 +439,7 @@ TEST_SUITE("device") {
         auto conn = server.accept<rx::busy_poll>(30s);
         t.join();
         std::vector<std::byte> buf(39);
-        rx::work_completion const wc;
+        rx::work_completion const wc{}; // value-initialised: zeros (default-initialised it is indeterminate)
         CHECK_THROWS_AS(conn.reply_to(wc, buf), rx::argument_error);
         buf.resize(64);
         CHECK_THROWS_AS(conn.reply_to(wc, buf), rx::argument_error); // not a receive of 40 bytes or more

@@ -4,6 +4,7 @@
 // (a growing std::vector), the children then used: QPs of every post policy, plain and checked,
 // memory registered, sends and receives posted and polled, an end port printed.
 #include "fixture.hpp"
+#include "rdmacxx/checked.hpp" // opt-in: not part of the umbrella header
 
 #include <fcntl.h>
 

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
+#include <system_error>
+#include <vector>
 
 namespace rx = rdmacxx;
 
@@ -153,4 +156,66 @@ TEST_CASE("a wrong state transition names the transition and the attribute mask"
     }
     qp.to_init(port);
     CHECK(qp.state() == IBV_QPS_INIT);
+}
+
+// A run of receives whose length is known only at run time, from a non-const span (a vector),
+// goes to the device as one chain: ibv_post_recv(3) takes what fits the receive queue and names
+// the first request it refused, which wr_error reports as bad_index; the receives before it were
+// posted and complete in order, the rest were not.
+TEST_CASE("a run-time span of receives is posted as one chain; a full receive queue names the first refused") {
+    using qp_t = rx::queue_pair<rx::rc, rx::busy_poll>;
+    test::loopback<rx::rc, rx::busy_poll> lb({.max_send_wr = 64, .max_recv_wr = 15});
+    std::size_t const cap = lb.b.capabilities().max_recv_wr;
+    REQUIRE(cap < qp_t::max_chain);
+    std::size_t const count = qp_t::max_chain; // one chain, more than the queue holds
+    test::buffer dst(lb.pd, count * 64), src(lb.pd, 64, std::byte{0x5a});
+    std::vector<rx::recv<>> recvs; // not const: std::span{recvs} is a std::span<rx::recv<>>
+    for (std::size_t i = 0; i < count; ++i)
+        recvs.push_back(rx::recv{dst.span().subspan(i * 64, 64)}.id(1000 + i));
+
+    std::size_t refused = count;
+    try {
+        lb.b.post_recv(std::span{recvs});
+        FAIL("a chain longer than the receive queue was accepted whole");
+    } catch (rx::wr_error const& e) {
+        refused = e.bad_index();
+        CHECK(e.wr_id() == 1000 + refused);
+        CHECK(e.code() == std::errc::not_enough_memory);
+    }
+    CHECK(refused == cap); // the queue filled, then the provider stopped: one call, one bad_wr
+
+    // Exactly the receives before the refused one were posted, in order.
+    for (std::size_t i = 0; i < refused; ++i)
+        lb.a.post(rx::send{src.span().first(8)}.id(i));
+    for (std::size_t i = 0; i < refused; ++i) {
+        CAPTURE(i);
+        auto const sent = wait_ok(lb.cq_a);
+        CHECK(sent.wr_id() == i);
+        auto const got = wait_ok(lb.cq_b);
+        CHECK(got.wr_id() == 1000 + i);
+        CHECK(got.byte_len() == 8);
+        CHECK(dst.bytes_[i * 64] == std::byte{0x5a});
+    }
+    CHECK(dst.bytes_[refused * 64] == std::byte{0}); // the refused receive's buffer was never written
+    rx::work_completion none;
+    CHECK(lb.cq_b.poll(std::span{&none, 1}) == 0);
+
+    // The rest posts now that the queue is empty, again from the same span.
+    lb.b.post_recv(std::span{recvs}.subspan(refused, cap));
+    lb.a.post(rx::send{src.span().first(8)}.id(99));
+    CHECK(wait_ok(lb.cq_b).wr_id() == 1000 + refused);
+    CHECK(wait_ok(lb.cq_a).wr_id() == 99);
+}
+
+TEST_CASE("post takes a non-const span of send requests as it takes a span of const") {
+    test::loopback<rx::rc, rx::busy_poll> lb;
+    test::buffer local(lb.pd, 4096, std::byte{0x33}), remote(lb.pd, 4096);
+    std::vector<rx::write<>> writes;
+    for (std::size_t i = 0; i < 8; ++i)
+        writes.push_back(
+            rx::write{local.span().subspan(i * 512, 512), remote.mr.remote().subspan(i * 512, 512)}.id(i).signaled(i ==
+                                                                                                                   7));
+    lb.a.post(std::span{writes}); // std::span<rx::write<>>
+    CHECK(wait_ok(lb.cq_a).wr_id() == 7);
+    CHECK(std::all_of(remote.bytes_.begin(), remote.bytes_.end(), [](std::byte b) { return b == std::byte{0x33}; }));
 }

@@ -2,6 +2,7 @@
 // without local write hands out only spans of const, which still send; a failed completion of a
 // checked QP names the request that was posted, an untracked one claims nothing it cannot know.
 #include "fixture.hpp"
+#include "rdmacxx/checked.hpp" // opt-in: not part of the umbrella header
 
 #include <doctest/doctest.h>
 

@@ -3,6 +3,7 @@
 // async event queue's wait(timeout) with any std::chrono duration. A timeout is an empty result,
 // never an exception, and comes within the timeout plus scheduling slack.
 #include "fixture.hpp"
+#include "rdmacxx/checked.hpp" // opt-in: not part of the umbrella header
 
 #include <array>
 #include <atomic>

@@ -1,9 +1,13 @@
 // Deadlines of the bounded waits: rounded up, saturated at the end of time, now for zero or less.
 #include "rdmacxx/detail/wait.hpp"
 
+#include "rdmacxx/cq.hpp"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstddef>
+#include <type_traits>
 
 namespace rx = rdmacxx;
 using namespace std::chrono_literals;
@@ -28,3 +32,30 @@ TEST_CASE("wait: deadlines round up, saturate instead of overflowing, and are no
     CHECK(s - before >= 10s);
     CHECK(s - later <= 10s);
 }
+
+TEST_CASE("a spinning waiter reads the clock once per spin_clock_every polls, not once per poll") {
+    constexpr unsigned every = rx::detail::spin_clock_every;
+    static_assert(every > 1);
+    std::size_t polls = 0, reads = 0;
+    // Completions appear at the 1000th poll; the deadline is far.
+    std::size_t const got = rx::detail::spin_until([&] { return ++polls == 1000 ? std::size_t{3} : std::size_t{0}; },
+                                                   [&] { return ++reads; }, std::size_t{1'000'000});
+    CHECK(got == 3);
+    CHECK(polls == 1000);
+    CHECK(reads == 1 + (1000 - 2) / every); // after poll 1, then after every `every` polls
+    // A deadline: the clock reads 1, 2, 3…, so it passes at the 5th read.
+    polls = reads = 0;
+    CHECK(rx::detail::spin_until([&] { return ++polls, std::size_t{0}; }, [&] { return ++reads; }, std::size_t{5}) ==
+          0);
+    CHECK(reads == 5);
+    CHECK(polls == 1 + 4 * every);
+    // A deadline already past: one poll, one read.
+    polls = reads = 0;
+    CHECK(rx::detail::spin_until([&] { return ++polls, std::size_t{0}; }, [&] { return ++reads; }, std::size_t{0}) ==
+          0);
+    CHECK(polls == 1);
+    CHECK(reads == 1);
+}
+
+// work_completion arrays cost nothing before ibv_poll_cq(3) fills them, as ibv_wc arrays in C.
+static_assert(std::is_trivially_default_constructible_v<rx::work_completion>);

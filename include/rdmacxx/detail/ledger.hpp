@@ -3,6 +3,7 @@
 /// The ledgers of `checked<C>` tracking (see checked.hpp): requests in flight per queue pair,
 /// per CQ and per memory region, and what they know of failed requests. Internals.
 
+#include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/detail/verbs.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/in_flight.hpp"
@@ -38,11 +39,14 @@ public:
         return ledger;
     }
 
-    /// True once any checked QP has posted: memory_region's destructor looks no further before.
-    [[nodiscard]] static bool used() noexcept { return used_flag().load(std::memory_order_relaxed); }
+    /// Answers memory_region's question through `region_in_flight_hook`, installed by the first
+    /// `acquire` (memory_region looks no further before).
+    static std::uint64_t count_of(ibv_context const* ctx, std::uint32_t lkey) noexcept {
+        return instance().count(ctx, lkey);
+    }
 
     void acquire(ibv_context const* ctx, std::span<std::uint32_t const> lkeys) {
-        used_flag().store(true, std::memory_order_relaxed);
+        region_in_flight_hook.store(&count_of, std::memory_order_release);
         std::lock_guard const lock(mutex_);
         for (std::uint32_t const lkey : lkeys)
             ++counts_[key{ctx, lkey}];
@@ -71,11 +75,6 @@ private:
             return std::hash<void const*>{}(k.ctx) ^ (std::hash<std::uint32_t>{}(k.lkey) * 0x9e3779b97f4a7c15ULL);
         }
     };
-    static std::atomic<bool>& used_flag() noexcept {
-        static std::atomic<bool> flag{false};
-        return flag;
-    }
-
     mutable std::mutex mutex_;
     std::unordered_map<key, std::uint64_t, key_hash> counts_;
 };
@@ -93,14 +92,13 @@ public:
 
     /// Keeps what is known of the failed completion `wc` (its `wr_id` already the user's).
     void note(ibv_wc const& wc, tracked_request const& request) noexcept {
-        used_flag().store(true, std::memory_order_relaxed);
+        failure_note_hook.store(&find_noted, std::memory_order_release);
         std::lock_guard const lock(mutex_);
         notes_[next_++ % notes_.size()] = {wc.wr_id, wc.qp_num, wc.vendor_err, wc.status, request};
     }
 
     /// What was noted of `wc`, the most recent match first; nullopt when nothing was.
     [[nodiscard]] std::optional<tracked_request> find(ibv_wc const& wc) const noexcept {
-        if (!used_flag().load(std::memory_order_relaxed)) return std::nullopt;
         std::lock_guard const lock(mutex_);
         for (std::size_t k = 0; k < notes_.size() && k < next_; ++k) {
             entry const& e = notes_[(next_ - 1 - k) % notes_.size()];
@@ -108,6 +106,13 @@ public:
                 return e.request;
         }
         return std::nullopt;
+    }
+
+    /// `failure_note_hook`'s answer, installed by the first `note`.
+    static bool find_noted(ibv_wc const& wc, tracked_request& request) noexcept {
+        auto const found = instance().find(wc);
+        if (found) request = *found;
+        return found.has_value();
     }
 
 private:
@@ -118,21 +123,10 @@ private:
         ibv_wc_status status = IBV_WC_SUCCESS;
         tracked_request request;
     };
-    static std::atomic<bool>& used_flag() noexcept {
-        static std::atomic<bool> flag{false};
-        return flag;
-    }
-
     mutable std::mutex mutex_;
     std::array<entry, 64> notes_{};
     std::size_t next_ = 0;
 };
-
-/// The `wc_error` of the failed completion `wc`, with what tracking noted of its request.
-[[nodiscard]] inline wc_error failed_completion_error(ibv_wc const& wc) {
-    if (auto const request = failure_notes::instance().find(wc)) return {wc, *request};
-    return wc_error(wc);
-}
 
 /// Reports to the in-flight handler a completion that arrived for a request its QP's ledger had
 /// already retired: the QP was posted to from two threads at once without a lock.

@@ -1,0 +1,42 @@
+// A user who does not use checked<C> does not compile it: the verbs headers and the umbrella
+// header bring neither checked.hpp nor its ledgers, nor the mutex, hash map and iostream they
+// need. The checks are the preprocessor's and the compiler's: this file does not build when the
+// include chain comes back.
+#include "rdmacxx/cq.hpp"
+#include "rdmacxx/memory.hpp"
+#include "rdmacxx/post_policy.hpp"
+#include "rdmacxx/qp.hpp"
+#include "rdmacxx/srq.hpp"
+#include "rdmacxx/wr.hpp"
+
+// libstdc++'s include guards (the library these builds use).
+#if defined(_GLIBCXX_MUTEX) || defined(_GLIBCXX_UNORDERED_MAP) || defined(_GLIBCXX_IOSTREAM) || defined(_GLIBCXX_THREAD)
+#error "a verbs header includes <mutex>, <unordered_map>, <iostream> or <thread>: checked.hpp's chain is back"
+#endif
+
+// The umbrella header: everything but checked.hpp (the CM brings <mutex> and <thread> of its own).
+#include "rdmacxx/rdmacxx.hpp"
+
+#if defined(_GLIBCXX_UNORDERED_MAP) || defined(_GLIBCXX_IOSTREAM)
+#error "rdmacxx.hpp includes <unordered_map> or <iostream>: checked.hpp's chain is back"
+#endif
+
+#include <doctest/doctest.h>
+
+// Were checked.hpp or detail/ledger.hpp included, these declarations would clash with theirs.
+namespace rdmacxx {
+inline namespace v0 {
+[[maybe_unused]] constexpr int checked = 0;
+namespace detail {
+[[maybe_unused]] constexpr int region_ledger = 0;
+[[maybe_unused]] constexpr int failure_notes = 0;
+} // namespace detail
+} // namespace v0
+} // namespace rdmacxx
+
+TEST_CASE("the verbs headers compile without checked.hpp, and a plain strategy is untracked") {
+    static_assert(!rdmacxx::detail::tracks_in_flight<rdmacxx::busy_poll>);
+    static_assert(!rdmacxx::detail::tracks_in_flight<rdmacxx::event_driven>);
+    static_assert(!rdmacxx::detail::tracks_in_flight<rdmacxx::adaptive>);
+    CHECK(rdmacxx::checked == 0); // this file's own `checked`: the library declares none here
+}
