@@ -4,6 +4,7 @@
 // remote_span, an endpoint) and the timeout of every CM step, each naming its step.
 #include "fixture.hpp"
 
+#include "rdmacxx/checked.hpp" // opt-in: not part of the umbrella header
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/cm/private_data.hpp"
 
