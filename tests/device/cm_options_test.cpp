@@ -23,37 +23,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string device_ip() {
-    char const* a = std::getenv("RDMACXX_ADDR");
-    if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
-    return a;
-}
-
-cm::address device_address(std::uint16_t port = 0) { return cm::address::resolve(device_ip(), port); }
-
-// Runs `f` on a thread; `join()` rethrows what it threw.
-class worker {
-public:
-    explicit worker(std::function<void()> f)
-        : thread_([this, g = std::move(f)] {
-              try {
-                  g();
-              } catch (...) {
-                  error_ = std::current_exception();
-              }
-          }) {}
-    ~worker() {
-        if (thread_.joinable()) thread_.join();
-    }
-    void join() {
-        thread_.join();
-        if (error_) std::rethrow_exception(error_);
-    }
-
-private:
-    std::exception_ptr error_;
-    std::thread thread_;
-};
+using test::background;
+using test::device_address;
+using test::device_ip;
 
 // The next completion of a busy-poll CQ within 30 s (a test never waits forever).
 rx::work_completion next_wc(rx::completion_queue<rx::busy_poll>& cq) {
@@ -92,7 +64,7 @@ TEST_SUITE("cm options") {
             std::uint16_t const port = server.port();
             ibv_qp_attr server_attr{};
             std::string server_got;
-            worker srv([&] {
+            background srv([&] {
                 cm::connection_options opt;
                 opt.params.timeout = server_timeout;
                 auto conn = server.accept<rx::busy_poll>(20s, opt);
@@ -152,7 +124,7 @@ TEST_SUITE("cm options") {
         {
             cm::listener<rx::rc> first{device_address(), cm::listener_options{.reuse_address = true}};
             port = first.port();
-            worker srv([&] {
+            background srv([&] {
                 auto conn = first.accept<rx::busy_poll>(20s);
                 (void)conn.wait_disconnected(20s);
             });
@@ -162,7 +134,7 @@ TEST_SUITE("cm options") {
         }
         cm::listener<rx::rc> again{device_address(port), cm::listener_options{.reuse_address = true}};
         CHECK(again.port() == port);
-        worker srv([&] {
+        background srv([&] {
             auto conn = again.accept<rx::busy_poll>(20s);
             (void)conn.wait_disconnected(20s);
         });
@@ -270,7 +242,7 @@ TEST_SUITE("cm options") {
         std::optional<rx::remote_span<std::byte>> server_target;
         std::string server_got;
         std::atomic<bool> ready{false};
-        worker srv([&] {
+        background srv([&] {
             auto conn = server.accept<rx::busy_poll>(20s);
             auto mr =
                 conn.pd().register_memory(std::span{server_mem}, rx::access::local_write | rx::access::remote_write);

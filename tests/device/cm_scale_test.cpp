@@ -31,11 +31,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string device_ip() {
-    char const* a = std::getenv("RDMACXX_ADDR");
-    if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
-    return a;
-}
+using test::device_ip;
 
 constexpr std::size_t msg_bytes = 64;
 

@@ -26,37 +26,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string device_ip() {
-    char const* a = std::getenv("RDMACXX_ADDR");
-    if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
-    return a;
-}
-
-cm::address device_address(std::uint16_t port = 0) { return cm::address::resolve(device_ip(), port); }
-
-// Runs `f` on a thread; `join()` rethrows what it threw.
-class worker {
-public:
-    explicit worker(std::function<void()> f)
-        : thread_([this, g = std::move(f)] {
-              try {
-                  g();
-              } catch (...) {
-                  error_ = std::current_exception();
-              }
-          }) {}
-    ~worker() {
-        if (thread_.joinable()) thread_.join();
-    }
-    void join() {
-        thread_.join();
-        if (error_) std::rethrow_exception(error_);
-    }
-
-private:
-    std::exception_ptr error_;
-    std::thread thread_;
-};
+using test::background;
+using test::device_address;
+using test::device_ip;
 
 // One completion of `cq` within 20 s, which must be successful.
 template <class Completion>
@@ -108,7 +80,7 @@ TEST_SUITE("cm server") {
         std::vector<cm::connection<rx::rc, rx::busy_poll>> clients;
         std::vector<std::unique_ptr<cm::connection<rx::rc, C>>> served;
         for (int i = 0; i < 2; ++i) {
-            worker srv([&] {
+            background srv([&] {
                 served.push_back(
                     std::make_unique<cm::connection<rx::rc, C>>(server.get_request(20s).accept<rx::rc, C>(shared)));
             });
@@ -193,7 +165,7 @@ TEST_SUITE("cm server") {
 
         // UD: the server's QP and the client's on the same shared PD and CQ.
         std::optional<cm::connection<rx::ud, rx::event_driven>> served;
-        worker srv([&] {
+        background srv([&] {
             served.emplace(server.get_request(20s).accept<rx::ud, rx::event_driven>(
                 shared, {}, [&](auto& c) { c.qp().post_recv(rx::recv{slot(0)}.id(10)); }));
         });
@@ -269,7 +241,7 @@ TEST_SUITE("cm server") {
 
         hello seen{};
         std::vector<std::byte> accept_data;
-        worker srv([&] {
+        background srv([&] {
             auto req = server.get_request(20s);
             seen = cm::from_private_data<hello>(req.private_data());
             // The remote_span and the endpoint travel in their wire formats: 64 of 196 bytes.
@@ -394,7 +366,7 @@ TEST_SUITE("cm server") {
             cm::listener<rx::rc> server{device_address()};
             auto const port = server.port();
             std::optional<cm::connection<rx::rc, rx::busy_poll>> silent;
-            worker srv([&] {
+            background srv([&] {
                 // On the listener's channel, whose events nobody handles: no DREP goes back.
                 silent.emplace(server.get_request(20s).accept_shared<rx::rc, rx::busy_poll>());
             });

@@ -28,15 +28,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The IPv4 address of the test device's netdev (tools/softroce sets RDMACXX_ADDR). Device tests
-// never skip: no address is a failure.
-std::string device_ip() {
-    char const* a = std::getenv("RDMACXX_ADDR");
-    if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
-    return a;
-}
-
-cm::address device_address(std::uint16_t port = 0) { return cm::address::resolve(device_ip(), port); }
+using test::background;
+using test::device_address;
+using test::device_ip;
 
 std::vector<std::byte> bytes_of(std::string const& s) {
     std::vector<std::byte> v(s.size());
@@ -51,30 +45,6 @@ bool private_data_matches(std::span<std::byte const> got, std::span<std::byte co
     return std::all_of(got.begin() + static_cast<std::ptrdiff_t>(sent.size()), got.end(),
                        [](std::byte b) { return b == std::byte{0}; });
 }
-
-// Runs `f` on a thread; `join()` rethrows what it threw, so failures land in the test thread.
-class background {
-public:
-    explicit background(std::function<void()> f)
-        : thread_([this, g = std::move(f)] {
-              try {
-                  g();
-              } catch (...) {
-                  error_ = std::current_exception();
-              }
-          }) {}
-    ~background() {
-        if (thread_.joinable()) thread_.join();
-    }
-    void join() {
-        thread_.join();
-        if (error_) std::rethrow_exception(error_);
-    }
-
-private:
-    std::exception_ptr error_;
-    std::thread thread_;
-};
 
 // The next completion of `cq`, within `limit`: busy-polls, or for a CQ with a completion
 // channel arms it and sleeps on the channel's descriptor. A test never waits forever.

@@ -6,7 +6,12 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace test {
@@ -55,5 +60,42 @@ inline void fill_pattern(std::span<std::byte> s, unsigned seed) {
     for (std::size_t i = 0; i < s.size(); ++i)
         s[i] = static_cast<std::byte>((i * 31 + seed * 7 + i / 251) & 0xff);
 }
+
+/// The IPv4 address of the test device's netdev (tools/softroce sets RDMACXX_ADDR). Device tests
+/// never skip: no address is a failure.
+inline std::string device_ip() {
+    char const* a = std::getenv("RDMACXX_ADDR");
+    if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
+    return a;
+}
+
+/// The test device's address with `port` (0: any), for the RDMA CM.
+inline rx::cm::address device_address(std::uint16_t port = 0) { return rx::cm::address::resolve(device_ip(), port); }
+
+/// Runs `f` on a thread; `join()` rethrows what it threw, so failures land in the test thread.
+class background {
+public:
+    explicit background(std::function<void()> f)
+        : thread_([this, g = std::move(f)] {
+              try {
+                  g();
+              } catch (...) {
+                  error_ = std::current_exception();
+              }
+          }) {}
+    background(background const&) = delete;
+    background& operator=(background const&) = delete;
+    ~background() {
+        if (thread_.joinable()) thread_.join();
+    }
+    void join() {
+        thread_.join();
+        if (error_) std::rethrow_exception(error_);
+    }
+
+private:
+    std::exception_ptr error_;
+    std::thread thread_;
+};
 
 } // namespace test

@@ -26,6 +26,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using test::device_ip;
+
 constexpr int queried = IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                         IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
                         IBV_QP_ACCESS_FLAGS;
@@ -87,12 +89,6 @@ struct joiner {
     }
     std::thread& t;
 };
-
-std::string device_ip() {
-    char const* a = std::getenv("RDMACXX_ADDR");
-    if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
-    return a;
-}
 
 } // namespace
 

@@ -12,6 +12,9 @@
 //             flushed and its connection reports `disconnected`, within a bound; destructors return;
 //   poweroff  node 2 is powered off mid-stream: IBV_WC_RETRY_EXC_ERR within the bound;
 //             destructors return.
+//   nobody    not a pair: an address on the nodes' subnet that no node has; ARP gets no
+//             answer, and connecting fails with the resolve-address step's timeout_error
+//             within that step's bound;
 //   ops       not a fault: WRITE with immediate (3 path MTUs, checked in place with its immediate),
 //             compare-and-swap that swaps and one that does not, fetch-and-add, across the wire.
 //
@@ -451,6 +454,26 @@ TEST_SUITE("multinode") {
     }
 
     // ---- one-sided operations across the wire (what the examples and mpi_tests do not cover) --
+    // 198.18.0.250 is on the nodes' segment, but no node has it: nothing answers the ARP
+    // request, and the kernel's address resolution gives up when its timeout runs out.
+    TEST_CASE("nobody at the address") {
+        constexpr auto bound = 500ms;
+        cm::connection_options opt;
+        opt.resolve_address_timeout = bound;
+        auto const t0 = steady::now();
+        try {
+            auto c = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve("198.18.0.250", 18610), opt);
+            FAIL("connected to an address no node has");
+        } catch (cm::timeout_error const& e) {
+            double const ms = ms_since(t0);
+            MESSAGE("nobody: " << to_string(e.step()) << " timed out after " << ms
+                               << " ms (timeout 500 ms): " << e.what());
+            CHECK(e.step() == cm::step::resolve_address);
+            CHECK(ms >= 400.0);
+            CHECK(ms < 500.0 + 1000.0 + 2000.0); // the step's timeout, the CM's event slack, scheduling
+        }
+    }
+
     TEST_CASE("ops server") {
         cm::listener<rx::rc> server{cm::address::resolve(env("RDMACXX_ADDR"), ops_port)};
         auto req = server.get_request(120s);
