@@ -232,6 +232,21 @@ private:
     std::string verb_;
 };
 
+/// A device or kernel that does not have what was asked of it: a verb the provider does not
+/// implement, a capability or a field it lacks. The message names the verb, what was asked and
+/// the device; the errno is the one the verb gave (EOPNOTSUPP, ENOSYS, EPROTONOSUPPORT, or
+/// EINVAL from the verbs whose manual says it means "not supported"). Errno values map to it in
+/// one place, `detail::throw_verb`. Catch it to fall back to what the device does have; it is
+/// a `sys_error`, so code that does not care still sees the verb and errno.
+class not_supported_error : public sys_error {
+public:
+    /// @param err   the errno value the verb reported
+    /// @param verb  the C function that refused, e.g. "ibv_alloc_td"
+    /// @param what  what was asked, naming the device, e.g. "on rxe0: thread domains"
+    not_supported_error(int err, std::string verb, std::string what)
+        : sys_error(err, std::move(verb), std::move(what)) {}
+};
+
 /// Bad input refused before anything reached the device: a span outside its region, a message
 /// over the path MTU, too much inline data, an unparsable GID, a misaligned atomic target.
 /// Its code is `std::errc::invalid_argument` (or the one named at construction).
@@ -442,6 +457,28 @@ namespace detail {
 
 /// Throws `sys_error` for a verb that failed with `err`.
 [[noreturn]] RDMACXX_COLD inline void throw_sys(int err, char const* verb, std::string what = {}) {
+    throw sys_error(err, verb, std::move(what));
+}
+
+/// True for the errno values that mean "the device or kernel does not have this" (EOPNOTSUPP,
+/// which is ENOTSUP on Linux, ENOSYS, EPROTONOSUPPORT).
+[[nodiscard]] constexpr bool means_not_supported(int err) noexcept {
+    return err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT;
+}
+
+/// How a verb's EINVAL is read by `throw_verb`.
+enum class einval_means : bool {
+    bad_argument,  ///< EINVAL is a bad argument (most verbs): `sys_error`
+    not_supported, ///< the verb's manual says EINVAL is also "not supported": `not_supported_error`
+};
+
+/// Throws `not_supported_error` when `err` means the device does not have what was asked
+/// (`means_not_supported`, or EINVAL for a verb whose manual says so), `sys_error` otherwise:
+/// the one place errno values map to "not supported".
+[[noreturn]] RDMACXX_COLD inline void throw_verb(int err, char const* verb, std::string what,
+                                                 einval_means einval = einval_means::bad_argument) {
+    if (means_not_supported(err) || (err == EINVAL && einval == einval_means::not_supported))
+        throw not_supported_error(err, verb, std::move(what));
     throw sys_error(err, verb, std::move(what));
 }
 

@@ -132,3 +132,30 @@ TEST_CASE("every rdmacxx error is caught as the root and as std::system_error") 
     CHECK_THROWS_AS(thrower(), rx::error);
     CHECK_THROWS_AS(thrower(), std::system_error);
 }
+
+TEST_CASE("throw_verb: the errno values that mean \"not supported\" are not_supported_error, in one place") {
+    for (int err : {EOPNOTSUPP, ENOTSUP, ENOSYS, EPROTONOSUPPORT}) {
+        CAPTURE(err);
+        CHECK_THROWS_AS(rx::detail::throw_verb(err, "ibv_alloc_td", "on rxe0: thread domains"),
+                        rx::not_supported_error);
+    }
+    // A not_supported_error is a sys_error with its verb and errno.
+    try {
+        rx::detail::throw_verb(EOPNOTSUPP, "ibv_alloc_td", "on rxe0: thread domains");
+    } catch (rx::sys_error const& e) {
+        CHECK(e.verb() == "ibv_alloc_td");
+        CHECK(e.errno_value() == EOPNOTSUPP);
+        CHECK(std::string{e.what()}.find("ibv_alloc_td failed on rxe0: thread domains") == 0);
+    }
+    // EINVAL is a bad argument unless the verb's manual says it also means "not supported".
+    auto const einval = [](rx::detail::einval_means m) { rx::detail::throw_verb(EINVAL, "ibv_reg_mr", "", m); };
+    CHECK_THROWS_AS(einval(rx::detail::einval_means::not_supported), rx::not_supported_error);
+    try {
+        einval(rx::detail::einval_means::bad_argument);
+    } catch (rx::not_supported_error const&) {
+        FAIL("EINVAL read as not supported");
+    } catch (rx::sys_error const& e) {
+        CHECK(e.errno_value() == EINVAL);
+    }
+    CHECK_FALSE(rx::detail::means_not_supported(ENOMEM));
+}
