@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -244,6 +245,19 @@ private:
     std::uint32_t rkey_ = 0;
 };
 
+/// What `memory_region::advise` asks the device to prefetch for (`enum ibv_advise_mr_advice`).
+enum class prefetch : std::uint32_t {
+    read = IBV_ADVISE_MR_ADVICE_PREFETCH,           ///< pages the device will read
+    write = IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,    ///< pages the device will write
+    no_fault = IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, ///< map only pages already present
+};
+
+/// Whether `memory_region::advise` waits for the prefetch (`IBV_ADVISE_MR_FLAG_FLUSH`).
+enum class advise_flush : bool {
+    no,  ///< return when the advice is accepted
+    yes, ///< return when the pages are mapped
+};
+
 /// A registered memory region (`ibv_mr`). Owns the registration (not the memory); move-only;
 /// deregisters on destruction. The memory and the protection domain must outlive it.
 ///
@@ -251,20 +265,24 @@ private:
 /// counted: `in_flight()` reads the count, `deregister()` refuses while it is not 0, and the
 /// destructor reports an `in_flight_error` to the handler (`set_in_flight_handler`) before it
 /// deregisters anyway.
+///
+/// A region registered from a dma-buf (`protection_domain::register_dmabuf`) holds no CPU
+/// memory: its `address()` and the addresses of its spans are the I/O virtual address given at
+/// registration, for work requests and peers, never to dereference.
 /// Thread-safety: the accessors only read.
-/// @see ibv_reg_mr(3)
+/// @see ibv_reg_mr(3), ibv_reg_dmabuf_mr(3)
 class memory_region {
 public:
     /// Registers `length` bytes at `address` in `pd` with `rights`.
-    /// @throws sys_error when ibv_reg_mr(3) fails (EINVAL for remote write or atomic without
-    ///         local write, ENOMEM past RLIMIT_MEMLOCK, EFAULT for unmapped memory).
+    /// @throws not_supported_error naming ibv_reg_mr and the device when `rights` has
+    ///         `access::on_demand` and the device has no on-demand paging, or when the verb
+    ///         reports EOPNOTSUPP; sys_error when ibv_reg_mr(3) fails otherwise (EINVAL for
+    ///         remote write or atomic without local write, ENOMEM past RLIMIT_MEMLOCK, EFAULT for
+    ///         unmapped memory).
     memory_region(protection_domain& pd, void* address, std::size_t length, access rights)
         : handle_((::ibv_reg_mr)(pd.native_handle(), address, length, to_native(rights))), rights_(rights) {
         if (!handle_) [[unlikely]]
-            detail::throw_errno("ibv_reg_mr", [&] {
-                return "registering " + std::to_string(length) + " bytes with access 0x" +
-                       to_hex(static_cast<std::uint32_t>(rights));
-            });
+            refuse_registration(errno, pd, length, rights);
     }
 
     /// Deregisters now, leaving the object empty (as a moved-from one).
@@ -352,7 +370,58 @@ public:
     /// The verbs handle.
     [[nodiscard]] ibv_mr* native_handle() const noexcept { return handle_.get(); }
 
+    /// Asks the device to prefetch (fault in) `length` bytes from byte `offset` of an on-demand
+    /// paged region (`access::on_demand`), so that the first accesses do not take page faults.
+    /// Returns when the advice is accepted; with `flush` when the pages are mapped.
+    /// @throws argument_error when the region is empty, `length` is 0 or over 2^32 - 1, or the
+    ///         range leaves the region (nothing reaches the device); not_supported_error naming
+    ///         ibv_advise_mr and the device when the provider has no such verb or not this
+    ///         advice; sys_error otherwise (EINVAL: e.g. a region that is not on-demand paged).
+    /// Thread-safety: safe beside other verbs on the region's domain.
+    /// @see ibv_advise_mr(3)
+    void advise(prefetch how, std::size_t offset, std::size_t length, advise_flush flush = advise_flush::no) const {
+        if (!handle_) [[unlikely]]
+            detail::throw_argument("memory_region::advise: the region is empty (moved from or deregistered)");
+        if (length == 0 || offset > this->length() || length > this->length() - offset) [[unlikely]]
+            detail::throw_argument("memory_region::advise: bytes [" + std::to_string(offset) + ", " +
+                                   std::to_string(offset) + " + " + std::to_string(length) +
+                                   ") are empty or leave the region of " + std::to_string(this->length()) +
+                                   " bytes with lkey 0x" + to_hex(lkey()));
+        check_message_length(length);
+        ibv_sge sge{reinterpret_cast<std::uintptr_t>(handle_->addr) + offset, static_cast<std::uint32_t>(length),
+                    handle_->lkey};
+        int const rc = ::ibv_advise_mr(handle_->pd, static_cast<ibv_advise_mr_advice>(how),
+                                       flush == advise_flush::yes ? std::uint32_t{IBV_ADVISE_MR_FLAG_FLUSH} : 0U,
+                                       &sge, 1);
+        if (rc != 0) [[unlikely]]
+            detail::throw_verb(rc, "ibv_advise_mr",
+                               "on " + std::string{::ibv_get_device_name(handle_->context->device)} + ": prefetching " +
+                                   std::to_string(length) + " bytes at offset " + std::to_string(offset) +
+                                   " of the region with lkey 0x" + to_hex(lkey()));
+    }
+    /// Prefetches the whole region; see the overload with a range.
+    void advise(prefetch how = prefetch::read, advise_flush flush = advise_flush::no) const {
+        advise(how, 0, handle_ ? length() : 0, flush);
+    }
+
 private:
+    friend class protection_domain;
+    // Takes ownership of a region registered by another verb (ibv_reg_dmabuf_mr).
+    memory_region(ibv_mr* adopted, access rights) noexcept : handle_(adopted), rights_(rights) {}
+
+    // ibv_reg_mr failed with `err`: on-demand paging the device lacks is "not supported".
+    [[noreturn]] RDMACXX_COLD static void refuse_registration(int err, protection_domain const& pd,
+                                                              std::size_t length, access rights) {
+        if (err == 0) err = EIO;
+        std::string what = "registering " + std::to_string(length) + " bytes with access 0x" +
+                           to_hex(static_cast<std::uint32_t>(rights));
+        if (has(rights, access::on_demand) && !pd.supports_on_demand_paging())
+            throw not_supported_error(err, "ibv_reg_mr",
+                                      "on " + std::string{pd.context().name()} + ": " + what +
+                                          ": access::on_demand, but the device has no on-demand paging "
+                                          "(no IBV_ODP_SUPPORT in its ODP capabilities)");
+        detail::throw_verb(err, "ibv_reg_mr", std::move(what));
+    }
     static std::uint64_t in_flight(ibv_mr const* mr) noexcept { return detail::region_in_flight(mr); }
     static std::string in_flight_message(ibv_mr const* mr, std::uint64_t n, char const* what) {
         std::string s = "memory region [0x";
@@ -401,6 +470,23 @@ private:
     std::unique_ptr<ibv_mr, deleter> handle_;
     access rights_ = access::none;
 };
+
+inline memory_region protection_domain::register_dmabuf(int fd, std::uint64_t offset, std::size_t length,
+                                                        std::uint64_t iova, access rights) {
+    if (fd < 0 || length == 0) [[unlikely]]
+        detail::throw_argument("register_dmabuf: " +
+                               (fd < 0 ? "file descriptor " + std::to_string(fd) + " is not a dma-buf's"
+                                       : std::string{"length 0: nothing to register"}));
+    ibv_mr* const mr = ::ibv_reg_dmabuf_mr(native_handle(), offset, length, iova, fd, to_native(rights));
+    if (mr == nullptr) [[unlikely]] {
+        int const err = errno;
+        detail::throw_verb(err != 0 ? err : EIO, "ibv_reg_dmabuf_mr",
+                           "on " + std::string{context().name()} + ": registering " + std::to_string(length) +
+                               " bytes of dma-buf fd " + std::to_string(fd) + " from offset " +
+                               std::to_string(offset) + " at IOVA 0x" + detail::hex(iova));
+    }
+    return memory_region{mr, rights};
+}
 
 template <class T>
 memory_region protection_domain::register_memory(std::span<T> memory, access rights) {

@@ -1,0 +1,72 @@
+#pragma once
+/// @file
+/// `thread_domain`: a promise to the provider that the resources made in it are used by one
+/// thread at a time, so it may drop its locks.
+
+#include "rdmacxx/context.hpp"
+#include "rdmacxx/error.hpp"
+
+#include <cerrno>
+#include <memory>
+#include <string>
+
+namespace rdmacxx {
+inline namespace v0 {
+
+/// A thread domain (`ibv_td`). Owns the handle; move-only; holds a non-owning reference to its
+/// `context`, which must outlive it, as must it every parent domain made with it.
+///
+/// The single-threaded resource policy: a thread domain is how a program tells the provider
+/// that every QP and CQ created in a `parent_domain` with this thread domain is used (posted
+/// to, polled) by one thread at a time. The provider may then give those resources their own
+/// doorbell and drop the locks of its post and poll paths (mlx5 does). Nothing checks the
+/// promise: two threads posting to such a QP at once corrupt its queue. Use one thread domain
+/// per thread that drives RDMA.
+///
+/// Many devices (rxe among them) have no thread domains: the constructor then throws
+/// `not_supported_error`, and the program goes on with an ordinary `protection_domain`, whose
+/// resources stay locked and thread-safe.
+/// Thread-safety: allocating and deallocating are thread-safe; moving is not.
+/// @see ibv_alloc_td(3)
+class thread_domain {
+public:
+    /// Allocates a thread domain on `ctx`.
+    /// @throws not_supported_error naming ibv_alloc_td and the device when the provider has no
+    ///         thread domains (EOPNOTSUPP); sys_error when ibv_alloc_td(3) fails otherwise;
+    ///         std::bad_alloc.
+    explicit thread_domain(rdmacxx::context& ctx) : context_(ctx.anchor_cell()), handle_(allocate(ctx)) {}
+    /// Takes over `other`'s thread domain; `other` is left empty.
+    thread_domain(thread_domain&& other) noexcept = default;
+    /// Deallocates the thread domain held (every parent domain made with it must be gone), then
+    /// takes over `other`'s.
+    thread_domain& operator=(thread_domain&& other) noexcept = default;
+    thread_domain(thread_domain const&) = delete;
+    thread_domain& operator=(thread_domain const&) = delete;
+    /// Deallocates the thread domain (ibv_dealloc_td(3)).
+    ~thread_domain() = default;
+
+    /// The context this thread domain belongs to, wherever it has moved to.
+    [[nodiscard]] rdmacxx::context& context() const noexcept { return **context_; }
+    /// The verbs handle; null in a moved-from thread domain.
+    [[nodiscard]] ibv_td* native_handle() const noexcept { return handle_.get(); }
+
+private:
+    static ibv_td* allocate(rdmacxx::context& ctx) {
+        ibv_td_init_attr attr{};
+        ibv_td* const td = ::ibv_alloc_td(ctx.native_handle(), &attr);
+        if (td == nullptr) [[unlikely]] {
+            int const err = errno;
+            detail::throw_verb(err != 0 ? err : EIO, "ibv_alloc_td",
+                               "on " + std::string{ctx.name()} + ": allocating a thread domain");
+        }
+        return td;
+    }
+    struct deleter {
+        void operator()(ibv_td* p) const noexcept { (void)::ibv_dealloc_td(p); }
+    };
+    rdmacxx::context* const* context_;
+    std::unique_ptr<ibv_td, deleter> handle_;
+};
+
+} // namespace v0
+} // namespace rdmacxx
