@@ -247,8 +247,8 @@ private:
 
 /// What `memory_region::advise` asks the device to prefetch for (`enum ibv_advise_mr_advice`).
 enum class prefetch : std::uint32_t {
-    read = IBV_ADVISE_MR_ADVICE_PREFETCH,           ///< pages the device will read
-    write = IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,    ///< pages the device will write
+    read = IBV_ADVISE_MR_ADVICE_PREFETCH,              ///< pages the device will read
+    write = IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,       ///< pages the device will write
     no_fault = IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, ///< map only pages already present
 };
 
@@ -390,9 +390,9 @@ public:
         check_message_length(length);
         ibv_sge sge{reinterpret_cast<std::uintptr_t>(handle_->addr) + offset, static_cast<std::uint32_t>(length),
                     handle_->lkey};
-        int const rc = ::ibv_advise_mr(handle_->pd, static_cast<ibv_advise_mr_advice>(how),
-                                       flush == advise_flush::yes ? std::uint32_t{IBV_ADVISE_MR_FLAG_FLUSH} : 0U,
-                                       &sge, 1);
+        int const rc =
+            ::ibv_advise_mr(handle_->pd, static_cast<ibv_advise_mr_advice>(how),
+                            flush == advise_flush::yes ? std::uint32_t{IBV_ADVISE_MR_FLAG_FLUSH} : 0U, &sge, 1);
         if (rc != 0) [[unlikely]]
             detail::throw_verb(rc, "ibv_advise_mr",
                                "on " + std::string{::ibv_get_device_name(handle_->context->device)} + ": prefetching " +
@@ -410,8 +410,8 @@ private:
     memory_region(ibv_mr* adopted, access rights) noexcept : handle_(adopted), rights_(rights) {}
 
     // ibv_reg_mr failed with `err`: on-demand paging the device lacks is "not supported".
-    [[noreturn]] RDMACXX_COLD static void refuse_registration(int err, protection_domain const& pd,
-                                                              std::size_t length, access rights) {
+    [[noreturn]] RDMACXX_COLD static void refuse_registration(int err, protection_domain const& pd, std::size_t length,
+                                                              access rights) {
         if (err == 0) err = EIO;
         std::string what = "registering " + std::to_string(length) + " bytes with access 0x" +
                            to_hex(static_cast<std::uint32_t>(rights));
@@ -482,8 +482,8 @@ inline memory_region protection_domain::register_dmabuf(int fd, std::uint64_t of
         int const err = errno;
         detail::throw_verb(err != 0 ? err : EIO, "ibv_reg_dmabuf_mr",
                            "on " + std::string{context().name()} + ": registering " + std::to_string(length) +
-                               " bytes of dma-buf fd " + std::to_string(fd) + " from offset " +
-                               std::to_string(offset) + " at IOVA 0x" + detail::hex(iova));
+                               " bytes of dma-buf fd " + std::to_string(fd) + " from offset " + std::to_string(offset) +
+                               " at IOVA 0x" + detail::hex(iova));
     }
     return memory_region{mr, rights};
 }

@@ -77,7 +77,7 @@ public:
     /// Thread-safety: as ibv_reg_dmabuf_mr(3), safe beside other verbs on this domain.
     /// @see ibv_reg_dmabuf_mr(3)
     [[nodiscard]] memory_region register_dmabuf(int fd, std::uint64_t offset, std::size_t length, std::uint64_t iova,
-                                                 access rights);
+                                                access rights);
 
     /// True when this domain's device can register dma-bufs. The probe is one call of
     /// ibv_reg_dmabuf_mr(3) with an invalid file descriptor: EBADF means the provider and kernel

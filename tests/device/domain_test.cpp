@@ -24,7 +24,9 @@ namespace rx = rdmacxx;
 
 bool is_rxe(rx::context const& ctx) { return std::string_view{ctx.name()}.starts_with("rxe"); }
 
-bool contains(char const* text, std::string_view part) { return std::string_view{text}.find(part) != std::string_view::npos; }
+bool contains(char const* text, std::string_view part) {
+    return std::string_view{text}.find(part) != std::string_view::npos;
+}
 
 // An owned file descriptor.
 struct fd_guard {
@@ -70,7 +72,7 @@ int make_dmabuf(std::size_t bytes, std::string& how) {
     if (int const dev = ::open("/dev/udmabuf", O_RDWR | O_CLOEXEC); dev >= 0) {
         fd_guard const d{dev};
         int const mem = ::memfd_create("rdmacxx-dmabuf", MFD_ALLOW_SEALING | MFD_CLOEXEC);
-        REQUIRE_MESSAGE(mem >= 0, "memfd_create: " << std::strerror(errno));
+        REQUIRE_MESSAGE(mem >= 0, "memfd_create: " << std::string{std::strerror(errno)});
         fd_guard const m{mem};
         REQUIRE(::ftruncate(mem, static_cast<off_t>(bytes)) == 0);
         REQUIRE(::fcntl(mem, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
@@ -80,7 +82,7 @@ int make_dmabuf(std::size_t bytes, std::string& how) {
         create.offset = 0;
         create.size = bytes;
         int const buf = ::ioctl(dev, UDMABUF_CREATE, &create);
-        REQUIRE_MESSAGE(buf >= 0, "ioctl UDMABUF_CREATE: " << std::strerror(errno));
+        REQUIRE_MESSAGE(buf >= 0, "ioctl UDMABUF_CREATE: " << std::string{std::strerror(errno)});
         how = "udmabuf";
         return buf;
     }
@@ -99,14 +101,14 @@ int make_dmabuf(std::size_t bytes, std::string& how) {
         dumb.width = static_cast<std::uint32_t>(bytes / 4);
         dumb.bpp = 32;
         REQUIRE_MESSAGE(::ioctl(dev, drm_ioctl_mode_create_dumb, &dumb) == 0,
-                        "vgem DRM_IOCTL_MODE_CREATE_DUMB: " << std::strerror(errno));
+                        "vgem DRM_IOCTL_MODE_CREATE_DUMB: " << std::string{std::strerror(errno)});
         REQUIRE(dumb.size >= bytes);
         drm_prime_handle_arg prime{};
         prime.handle = dumb.handle;
         prime.flags = O_CLOEXEC | O_RDWR;
         prime.fd = -1;
         REQUIRE_MESSAGE(::ioctl(dev, drm_ioctl_prime_handle_to_fd, &prime) == 0,
-                        "vgem DRM_IOCTL_PRIME_HANDLE_TO_FD: " << std::strerror(errno));
+                        "vgem DRM_IOCTL_PRIME_HANDLE_TO_FD: " << std::string{std::strerror(errno)});
         REQUIRE(prime.fd >= 0);
         how = "vgem " + path;
         return prime.fd; // the dma-buf holds the buffer after the device file closes
@@ -126,7 +128,7 @@ TEST_CASE("thread_domain: allocated, or refused by rxe with not_supported_error 
             rx::thread_domain const td{ctx};
             FAIL("rxe allocated a thread domain");
         } catch (rx::not_supported_error const& e) {
-            MESSAGE("rxe refused: " << e.what());
+            MESSAGE("rxe refused: " << std::string{e.what()});
             CHECK(e.verb() == "ibv_alloc_td");
             CHECK(contains(e.what(), dev));
             CHECK(e.errno_value() == EOPNOTSUPP);
@@ -147,7 +149,7 @@ TEST_CASE("parent_domain: a protection_domain QPs and MRs are made in, or refuse
             rx::parent_domain const parent{pd};
             FAIL("rxe allocated a parent domain");
         } catch (rx::not_supported_error const& e) {
-            MESSAGE("rxe refused: " << e.what());
+            MESSAGE("rxe refused: " << std::string{e.what()});
             CHECK(e.verb() == "ibv_alloc_parent_domain");
             CHECK(contains(e.what(), dev));
             CHECK(e.errno_value() == EOPNOTSUPP);
@@ -189,7 +191,7 @@ TEST_CASE("register_dmabuf: a real dma-buf is registered, or refused by rxe with
             rx::memory_region const mr = pd.register_dmabuf(buf.fd, 0, bytes, 0x10000, rx::access::local_write);
             FAIL("rxe registered a dma-buf");
         } catch (rx::not_supported_error const& e) {
-            MESSAGE("rxe refused: " << e.what());
+            MESSAGE("rxe refused: " << std::string{e.what()});
             CHECK(e.verb() == "ibv_reg_dmabuf_mr");
             CHECK(contains(e.what(), dev));
             CHECK(e.errno_value() == EOPNOTSUPP);
@@ -222,7 +224,7 @@ TEST_CASE("on-demand paging: the capability query, registration with access::on_
                 pd.register_memory(std::span{memory}, rx::access::local_write | rx::access::on_demand);
             FAIL("rxe registered an on-demand paged region");
         } catch (rx::not_supported_error const& e) {
-            MESSAGE("rxe refused: " << e.what());
+            MESSAGE("rxe refused: " << std::string{e.what()});
             CHECK(e.verb() == "ibv_reg_mr");
             CHECK(contains(e.what(), dev));
             CHECK(contains(e.what(), "on-demand paging"));
@@ -231,7 +233,7 @@ TEST_CASE("on-demand paging: the capability query, registration with access::on_
             plain.mr.advise(rx::prefetch::write);
             FAIL("rxe accepted ibv_advise_mr");
         } catch (rx::not_supported_error const& e) {
-            MESSAGE("rxe refused: " << e.what());
+            MESSAGE("rxe refused: " << std::string{e.what()});
             CHECK(e.verb() == "ibv_advise_mr");
             CHECK(contains(e.what(), dev));
         }
