@@ -354,8 +354,8 @@ public:
         std::vector<gid_entry> table;
         table.reserve(static_cast<std::size_t>(n));
         for (auto const& e : std::span{raw}.first(static_cast<std::size_t>(n)))
-            table.push_back({e.gid_index, rdmacxx::gid{e.gid}, static_cast<gid_type>(e.gid_type), e.ndev_ifindex,
-                             e.port_num});
+            table.push_back(
+                {e.gid_index, rdmacxx::gid{e.gid}, static_cast<gid_type>(e.gid_type), e.ndev_ifindex, e.port_num});
         return table;
     }
 

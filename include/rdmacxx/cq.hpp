@@ -301,8 +301,8 @@ public:
 
     /// Creates an `event_driven` CQ whose events arrive on `channel`, which may serve other CQs.
     /// @throws argument_error as the constructor above; sys_error when ibv_create_cq(3) fails.
-    completion_queue(context& ctx, int min_entries, completion_channel& channel, cq_options const& opt = {})
-        requires(Completion::uses_channel)
+    completion_queue(context& ctx, int min_entries, completion_channel& channel,
+                     cq_options const& opt = {}) requires(Completion::uses_channel)
         : ctx_(ctx.anchor_cell()), anchor_(this) {
         check_vector(ctx, opt.comp_vector);
         create(min_entries, &channel, opt);
@@ -520,8 +520,8 @@ private:
     static void check_vector(context const& ctx, int vector) {
         int const count = ctx.num_comp_vectors();
         if (vector < 0 || vector >= count) [[unlikely]]
-            detail::throw_argument("completion vector " + std::to_string(vector) + " is out of range: " +
-                                   std::string{ctx.name()} + " has " + std::to_string(count) +
+            detail::throw_argument("completion vector " + std::to_string(vector) +
+                                   " is out of range: " + std::string{ctx.name()} + " has " + std::to_string(count) +
                                    " completion vectors (0 … " + std::to_string(count - 1) + ")");
     }
 

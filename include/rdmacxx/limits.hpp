@@ -12,8 +12,8 @@ inline namespace v0 {
 /// How atomic operations (`compare_swap`, `fetch_add`) are atomic on a device
 /// (`ibv_device_attr::atomic_cap`).
 enum class atomic_capability : std::uint32_t {
-    none = IBV_ATOMIC_NONE,  ///< no atomic operations
-    hca = IBV_ATOMIC_HCA,    ///< atomic among the QPs of this device only, not against the CPU
+    none = IBV_ATOMIC_NONE,   ///< no atomic operations
+    hca = IBV_ATOMIC_HCA,     ///< atomic among the QPs of this device only, not against the CPU
     global = IBV_ATOMIC_GLOB, ///< atomic against every agent, the CPU included
 };
 
@@ -89,9 +89,7 @@ public:
     [[nodiscard]] bool on_demand_paging() const noexcept { return (odp_general_caps() & IBV_ODP_SUPPORT) != 0; }
     /// The bits of a completion timestamp the device fills (`completion_timestamp_mask`); 0 when
     /// completions carry no timestamp.
-    [[nodiscard]] std::uint64_t completion_timestamp_mask() const noexcept {
-        return attr_.completion_timestamp_mask;
-    }
+    [[nodiscard]] std::uint64_t completion_timestamp_mask() const noexcept { return attr_.completion_timestamp_mask; }
     /// The device clock in kHz that completion timestamps count (`hca_core_clock`); 0 when unknown.
     [[nodiscard]] std::uint64_t core_clock_khz() const noexcept { return attr_.hca_core_clock; }
 
