@@ -197,5 +197,10 @@ TEST_CASE("device limits: typed limits are ibv_query_device_ex's") {
         CHECK(l.completion_timestamp_mask() == 0);
     }
     // A CQ at the device's max_cqe is allowed; one past it is the device's EINVAL.
-    CHECK_THROWS_AS(rx::completion_queue<rx::busy_poll>(ctx, l.max_cqe() + 1), rx::sys_error);
+    try {
+        rx::completion_queue<rx::busy_poll> too_big(ctx, l.max_cqe() + 1);
+        FAIL("a CQ of max_cqe + 1 = " << l.max_cqe() + 1 << " entries was created");
+    } catch (rx::sys_error const& e) {
+        CHECK(e.code() == std::errc::invalid_argument);
+    }
 }
