@@ -16,8 +16,29 @@ namespace rx = rdmacxx;
 
 namespace {
 
+// The device query does not report the largest inline payload: a QP asks for one at creation and
+// the provider grants it or refuses. Binary search over RC QPs (each created and destroyed).
+std::uint32_t probe_max_inline(rx::context& ctx) {
+    rx::protection_domain pd(ctx);
+    rx::completion_queue<rx::busy_poll> cq(ctx, 4);
+    auto fits = [&](std::uint32_t bytes) {
+        try {
+            rx::queue_pair<rx::rc, rx::busy_poll> qp(pd, cq, cq, rx::qp_capabilities{.max_inline_data = bytes});
+            return true;
+        } catch (rx::sys_error const&) {
+            return false;
+        }
+    };
+    std::uint32_t lo = 0, hi = 1U << 20; // fits(lo); hi is past any device's inline limit
+    while (hi - lo > 1) {
+        std::uint32_t const mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
 void print_device(rx::device dev, bool verbose) {
-    rx::context const ctx = dev.open();
+    rx::context ctx = dev.open();
     auto const attr = ctx.query_device();
     std::cout << "hca_id: " << dev.name() << '\n'
               << "\ttransport:\t\t" << dev.transport_type_name() << '\n'
@@ -63,7 +84,8 @@ void print_device(rx::device dev, bool verbose) {
                   << ", RC ops mask " << l.odp_rc_caps() << ")\n"
                   << "\tcompletion_timestamp:\tmask " << l.completion_timestamp_mask() << ", clock "
                   << l.core_clock_khz() << " kHz\n"
-                  << "\tmax_inline_data:\t(per QP: granted at creation, queue_pair::capabilities())\n";
+                  << "\tmax_inline_data:\t" << probe_max_inline(ctx)
+                  << " (probed: the largest an RC QP is created with)\n";
     }
     std::uint8_t const ports = ctx.port_count();
     std::cout << "\tphys_port_cnt:\t\t" << static_cast<unsigned>(ports) << '\n';

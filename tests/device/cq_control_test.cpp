@@ -195,6 +195,18 @@ TEST_CASE("device limits: typed limits are ibv_query_device_ex's") {
         CHECK(l.memory_windows());
         CHECK_FALSE(l.on_demand_paging());
         CHECK(l.completion_timestamp_mask() == 0);
+        // The largest inline payload is not in the query: a QP asks for it. rxe grants 512 bytes
+        // and refuses 513 with EINVAL (docs/devices.md, devinfo -v's probe).
+        rx::protection_domain pd(ctx);
+        rx::completion_queue<rx::busy_poll> cq(ctx, 4);
+        rx::queue_pair<rx::rc, rx::busy_poll> fits(pd, cq, cq, rx::qp_capabilities{.max_inline_data = 512});
+        CHECK(fits.capabilities().max_inline_data >= 512);
+        try {
+            rx::queue_pair<rx::rc, rx::busy_poll> over(pd, cq, cq, rx::qp_capabilities{.max_inline_data = 513});
+            FAIL("an rxe QP with 513 bytes of inline data was created");
+        } catch (rx::sys_error const& e) {
+            CHECK(e.code() == std::errc::invalid_argument);
+        }
     }
     // A CQ at the device's max_cqe is allowed; one past it is the device's EINVAL.
     try {
