@@ -3,7 +3,8 @@
 //
 // Usage: devinfo [-d DEVICE] [-v]
 //   -d DEVICE  only this device
-//   -v         also the P_Key table and the device limits
+//   -v         also the P_Key table, the device limits and capabilities (typed, from
+//              ibv_query_device_ex) and the GID table of every port read in one call
 #include <rdmacxx/rdmacxx.hpp>
 
 #include <cstdio>
@@ -15,8 +16,29 @@ namespace rx = rdmacxx;
 
 namespace {
 
+// The device query does not report the largest inline payload: a QP asks for one at creation and
+// the provider grants it or refuses. Binary search over RC QPs (each created and destroyed).
+std::uint32_t probe_max_inline(rx::context& ctx) {
+    rx::protection_domain pd(ctx);
+    rx::completion_queue<rx::busy_poll> cq(ctx, 4);
+    auto fits = [&](std::uint32_t bytes) {
+        try {
+            rx::queue_pair<rx::rc, rx::busy_poll> qp(pd, cq, cq, rx::qp_capabilities{.max_inline_data = bytes});
+            return true;
+        } catch (rx::sys_error const&) {
+            return false;
+        }
+    };
+    std::uint32_t lo = 0, hi = 1U << 20; // fits(lo); hi is past any device's inline limit
+    while (hi - lo > 1) {
+        std::uint32_t const mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
 void print_device(rx::device dev, bool verbose) {
-    rx::context const ctx = dev.open();
+    rx::context ctx = dev.open();
     auto const attr = ctx.query_device();
     std::cout << "hca_id: " << dev.name() << '\n'
               << "\ttransport:\t\t" << dev.transport_type_name() << '\n'
@@ -39,6 +61,32 @@ void print_device(rx::device dev, bool verbose) {
                   << "\tmax_sge:\t\t" << attr.orig_attr.max_sge << '\n'
                   << "\tmax_srq:\t\t" << attr.orig_attr.max_srq << '\n'
                   << "\tmax_pkeys:\t\t" << attr.orig_attr.max_pkeys << '\n';
+    if (verbose) {
+        auto const l = ctx.limits();
+        char mask[24];
+        std::snprintf(mask, sizeof mask, "0x%llx", static_cast<unsigned long long>(l.cap_flags()));
+        auto yes = [](bool b) { return b ? "yes" : "no"; };
+        std::cout << "\tatomic_cap:\t\t" << rx::to_string(l.atomics()) << '\n'
+                  << "\tmax_qp_rd_atom:\t\t" << l.max_rd_atomic() << '\n'
+                  << "\tmax_qp_init_rd_atom:\t" << l.max_init_rd_atomic() << '\n'
+                  << "\tmax_sge_rd:\t\t" << l.max_sge_rd() << '\n'
+                  << "\tmax_mw:\t\t\t" << l.max_mw() << '\n'
+                  << "\tmax_ah:\t\t\t" << l.max_ah() << '\n'
+                  << "\tnum_comp_vectors:\t" << ctx.num_comp_vectors() << '\n'
+                  << "\tdevice_cap_flags_ex:\t" << mask << '\n'
+                  << "\t\tmemory windows:\t\t" << yes(l.memory_windows()) << " (type 2A "
+                  << yes(l.memory_window_type_2a()) << ", 2B " << yes(l.memory_window_type_2b()) << ")\n"
+                  << "\t\tmem mgt extensions:\t" << yes(l.memory_management_extensions()) << '\n'
+                  << "\t\tresize QP / SRQ:\t" << yes(l.resize_max_wr()) << " / " << yes(l.srq_resize()) << '\n'
+                  << "\t\tRC RNR NAK gen:\t\t" << yes(l.rc_rnr_nak_gen()) << '\n'
+                  << "\t\tUD IP checksum:\t\t" << yes(l.ud_ip_csum()) << '\n'
+                  << "\todp_general_caps:\t" << l.odp_general_caps() << " (ODP " << yes(l.on_demand_paging())
+                  << ", RC ops mask " << l.odp_rc_caps() << ")\n"
+                  << "\tcompletion_timestamp:\tmask " << l.completion_timestamp_mask() << ", clock "
+                  << l.core_clock_khz() << " kHz\n"
+                  << "\tmax_inline_data:\t" << probe_max_inline(ctx)
+                  << " (probed: the largest an RC QP is created with)\n";
+    }
     std::uint8_t const ports = ctx.port_count();
     std::cout << "\tphys_port_cnt:\t\t" << static_cast<unsigned>(ports) << '\n';
     for (unsigned p = 1; p <= ports; ++p) {
@@ -71,6 +119,12 @@ void print_device(rx::device dev, bool verbose) {
                     std::cout << "\t\t\tP_Key[" << i << "]:\t\t" << buf << '\n';
                 }
         }
+    }
+    if (verbose) {
+        auto const table = ctx.gid_table(); // every port, one ibv_query_gid_table(3) call
+        std::cout << "\tgid_table:\t\t" << table.size() << " entries\n";
+        for (auto const& e : table)
+            std::cout << "\t\tport " << e.port << ' ' << e.to_string() << '\n';
     }
 }
 

@@ -7,6 +7,7 @@
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
+#include "rdmacxx/limits.hpp"
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -88,6 +90,7 @@ struct gid_entry {
     rdmacxx::gid gid;               ///< the GID
     gid_type type = gid_type::ib;   ///< IB, RoCE v1 or RoCE v2
     std::uint32_t ndev_ifindex = 0; ///< interface index of the network device, 0 when none
+    std::uint32_t port = 0;         ///< the port (1-based) whose table holds the entry
 
     /// The network device's name ("eth0"), empty when none or when it is gone.
     [[nodiscard]] std::string netdev_name() const {
@@ -329,8 +332,30 @@ public:
                 detail::throw_sys(rc, "ibv_query_gid_ex", "for GID index " + std::to_string(i));
             rdmacxx::gid const g{e.gid};
             if (g.is_zero()) continue;
-            table.push_back({e.gid_index, g, static_cast<gid_type>(e.gid_type), e.ndev_ifindex});
+            table.push_back({e.gid_index, g, static_cast<gid_type>(e.gid_type), e.ndev_ifindex, e.port_num});
         }
+        return table;
+    }
+
+    /// The populated GID table entries of every port, read in one call (ibv_query_gid_table(3)),
+    /// each with its port, index, type and network device; the order is the provider's.
+    /// @throws sys_error naming the device when a port cannot be queried or
+    ///         ibv_query_gid_table(3) fails.
+    /// @see ibv_query_gid_table(3)
+    [[nodiscard]] std::vector<gid_entry> gid_table() const {
+        std::size_t slots = 0;
+        for (unsigned p = 1, n = port_count(); p <= n; ++p)
+            slots += static_cast<std::size_t>(query_port(static_cast<std::uint8_t>(p)).gid_table_length());
+        std::vector<ibv_gid_entry> raw(slots);
+        ssize_t const n = ::ibv_query_gid_table(handle_.get(), raw.data(), raw.size(), 0);
+        if (n < 0) [[unlikely]]
+            detail::throw_sys(static_cast<int>(-n), "ibv_query_gid_table",
+                              "on " + std::string{name()} + " with room for " + std::to_string(slots) + " entries");
+        std::vector<gid_entry> table;
+        table.reserve(static_cast<std::size_t>(n));
+        for (auto const& e : std::span{raw}.first(static_cast<std::size_t>(n)))
+            table.push_back(
+                {e.gid_index, rdmacxx::gid{e.gid}, static_cast<gid_type>(e.gid_type), e.ndev_ifindex, e.port_num});
         return table;
     }
 
@@ -376,6 +401,18 @@ public:
             throw_no_gid(port_num, want, table);
         return *best;
     }
+
+    /// The device's limits and capabilities, typed (atomics, RD-atomic depth, SGEs, CQ and QP
+    /// sizes, ODP, timestamps, capability flags).
+    /// @throws sys_error when ibv_query_device_ex(3) fails.
+    /// @see ibv_query_device_ex(3)
+    [[nodiscard]] device_limits limits() const { return device_limits{query_device()}; }
+
+    /// The number of completion vectors (`ibv_context::num_comp_vectors`): a CQ's `comp_vector`
+    /// is one of 0 … num_comp_vectors() - 1. Each is typically one interrupt, so CQs spread over
+    /// them spread their event handling over cores.
+    /// @see ibv_create_cq(3)
+    [[nodiscard]] int num_comp_vectors() const noexcept { return handle_->num_comp_vectors; }
 
     /// The number of physical ports (ports are numbered 1 … port_count()).
     /// @throws sys_error when ibv_query_device(3) fails.

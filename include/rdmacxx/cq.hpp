@@ -251,6 +251,17 @@ private:
     std::unique_ptr<ibv_comp_channel, deleter> handle_;
 };
 
+/// Options of a completion queue at creation. @see ibv_create_cq(3)
+struct cq_options {
+    /// The completion vector its events are signalled on: 0 … `context::num_comp_vectors()` - 1.
+    /// Each vector is typically one interrupt; CQs on different vectors spread event handling
+    /// over cores.
+    int comp_vector = 0;
+    /// A pointer of the caller's kept with the CQ (`ibv_cq::cq_context`): `user_context()`
+    /// returns it, and ibv_get_cq_event(3) hands it back beside the CQ that fired.
+    void* user_context = nullptr;
+};
+
 /// A completion queue (`ibv_cq`) waited on by the strategy `Completion`. Owns the CQ (and, for
 /// `event_driven` without a channel of the caller's, its own channel); move-only; destroy it
 /// after the QPs that use it.
@@ -276,19 +287,25 @@ public:
     /// Number of events acknowledged together by `event_driven` (ibv_ack_cq_events(3) takes a mutex).
     static constexpr unsigned ack_batch = 64;
 
-    /// Creates a CQ of at least `min_entries` entries on `ctx`; an `event_driven` CQ gets its own
-    /// completion channel.
-    /// @throws sys_error when ibv_create_cq(3) fails (e.g. EINVAL past the device's max_cqe).
-    completion_queue(context& ctx, int min_entries) : ctx_(ctx.anchor_cell()), anchor_(this) {
+    /// Creates a CQ of at least `min_entries` entries on `ctx`, on the completion vector and with
+    /// the user context `opt` names; an `event_driven` CQ gets its own completion channel.
+    /// @throws argument_error naming the device's count when `opt.comp_vector` is not one of its
+    ///         completion vectors (nothing created); sys_error when ibv_create_cq(3) fails (e.g.
+    ///         EINVAL past the device's max_cqe).
+    completion_queue(context& ctx, int min_entries, cq_options const& opt = {})
+        : ctx_(ctx.anchor_cell()), anchor_(this) {
+        check_vector(ctx, opt.comp_vector);
         if constexpr (Completion::uses_channel) own_channel_ = std::make_unique<completion_channel>(ctx);
-        create(min_entries, own_channel_ ? own_channel_.get() : nullptr);
+        create(min_entries, own_channel_ ? own_channel_.get() : nullptr, opt);
     }
 
     /// Creates an `event_driven` CQ whose events arrive on `channel`, which may serve other CQs.
-    /// @throws sys_error when ibv_create_cq(3) fails.
-    completion_queue(context& ctx, int min_entries, completion_channel& channel) requires(Completion::uses_channel)
+    /// @throws argument_error as the constructor above; sys_error when ibv_create_cq(3) fails.
+    completion_queue(context& ctx, int min_entries, completion_channel& channel,
+                     cq_options const& opt = {}) requires(Completion::uses_channel)
         : ctx_(ctx.anchor_cell()), anchor_(this) {
-        create(min_entries, &channel);
+        check_vector(ctx, opt.comp_vector);
+        create(min_entries, &channel, opt);
     }
 
     /// Takes over `other`'s CQ, channel and unacknowledged events; `other` is left empty.
@@ -415,6 +432,25 @@ public:
         }
     }
 
+    /// Resizes the CQ to at least `min_entries` entries (larger or smaller); returns the number
+    /// it really has now (`capacity()`). Completions already queued stay queued, in order. Not
+    /// thread-safe with polling or waiting on this CQ.
+    /// @throws argument_error when `min_entries` < 1 (nothing asked of the device); sys_error
+    ///         when ibv_resize_cq(3) fails: EINVAL past the device's max_cqe or below the number
+    ///         of completions queued (rxe), EOPNOTSUPP where the provider cannot resize.
+    /// @see ibv_resize_cq(3)
+    int resize(int min_entries) {
+        if (min_entries < 1) [[unlikely]]
+            detail::throw_argument("a CQ resize asks for at least 1 entry, not " + std::to_string(min_entries));
+        if (int rc = ::ibv_resize_cq(cq_.get(), min_entries); rc != 0) [[unlikely]]
+            detail::throw_sys(rc, "ibv_resize_cq",
+                              "from " + std::to_string(cq_->cqe) + " to " + std::to_string(min_entries) +
+                                  " entries on " + std::string{owner().name()});
+        return cq_->cqe;
+    }
+
+    /// The user context given at creation (`cq_options::user_context`), nullptr when none.
+    [[nodiscard]] void* user_context() const noexcept { return cq_->cq_context; }
     /// The completion channel (event_driven only).
     [[nodiscard]] ibv_comp_channel* channel() const noexcept { return cq_->channel; }
     /// The number of entries the CQ really has (at least the number asked for).
@@ -481,9 +517,17 @@ private:
         }
     }
 
-    void create(int min_entries, completion_channel* channel) {
-        cq_.reset(::ibv_create_cq((*ctx_)->native_handle(), min_entries, nullptr,
-                                  channel != nullptr ? channel->native_handle() : nullptr, 0));
+    static void check_vector(context const& ctx, int vector) {
+        int const count = ctx.num_comp_vectors();
+        if (vector < 0 || vector >= count) [[unlikely]]
+            detail::throw_argument("completion vector " + std::to_string(vector) +
+                                   " is out of range: " + std::string{ctx.name()} + " has " + std::to_string(count) +
+                                   " completion vectors (0 … " + std::to_string(count - 1) + ")");
+    }
+
+    void create(int min_entries, completion_channel* channel, cq_options const& opt) {
+        cq_.reset(::ibv_create_cq((*ctx_)->native_handle(), min_entries, opt.user_context,
+                                  channel != nullptr ? channel->native_handle() : nullptr, opt.comp_vector));
         if (!cq_) [[unlikely]]
             detail::throw_errno("ibv_create_cq", [&] { return "with " + std::to_string(min_entries) + " entries"; });
         if constexpr (tracked)

@@ -29,6 +29,7 @@
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
 #include "rdmacxx/in_flight.hpp"
+#include "rdmacxx/limits.hpp"
 #include "rdmacxx/memory.hpp"
 #include "rdmacxx/parent_domain.hpp"
 #include "rdmacxx/pd.hpp"
