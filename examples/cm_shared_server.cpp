@@ -45,7 +45,7 @@ void make_message(std::span<std::byte> m, std::uint32_t client, std::uint32_t se
     std::memcpy(m.data(), &client, 4);
     std::memcpy(m.data() + 4, &seq, 4);
     for (std::size_t i = 8; i < m.size(); ++i) {
-        auto const b = static_cast<std::uint8_t>((i * 13 + client * 7 + seq * 3) & 0xff);
+        auto const b = static_cast<std::uint8_t>((i * 13 + std::size_t{client} * 7 + std::size_t{seq} * 3) & 0xff);
         m[i] = static_cast<std::byte>(answer ? static_cast<std::uint8_t>(~b) : b);
     }
 }
@@ -59,7 +59,8 @@ class server {
 public:
     explicit server(cm::address const& local)
         : listener_(local, 64), pd_(listener_.cm_id().context()), channel_(listener_.cm_id().context()),
-          cq_(listener_.cm_id().context(), 2048, channel_), srq_(pd_, slots), memory_(2 * slots * msg_bytes),
+          cq_(listener_.cm_id().context(), 2048, channel_), srq_(pd_, slots),
+          memory_(2 * std::size_t{slots} * msg_bytes),
           mr_(pd_.register_memory(std::span{memory_}, rx::access::local_write)) {
         for (std::uint32_t i = 0; i < slots; ++i)
             srq_.post_recv(rx::recv{slot(i)}.id(i));
@@ -165,7 +166,8 @@ private:
 struct client {
     static constexpr std::uint32_t window = 4;
     client(cm::address const& a, std::uint32_t id_, std::uint32_t total_)
-        : conn(cm::connect<rx::rc, rx::busy_poll>(a)), id(id_), total(total_), memory(2 * window * msg_bytes),
+        : conn(cm::connect<rx::rc, rx::busy_poll>(a)), id(id_), total(total_),
+          memory(2 * std::size_t{window} * msg_bytes),
           mr(conn.pd().register_memory(std::span{memory}, rx::access::local_write)) {
         for (std::uint32_t w = 0; w < window; ++w)
             conn.qp().post_recv(rx::recv{mr.span().subspan(w * msg_bytes, msg_bytes)}.id(w));
