@@ -1,8 +1,9 @@
 #pragma once
 /// @file
 /// `queue_pair<Transport, Completion>`: a QP of transport RC, UC or UD whose completions are
-/// waited for by a `busy_poll` or `event_driven` CQ; its state transitions and its typed,
-/// compile-time-checked posting.
+/// waited for by a `busy_poll` or `event_driven` CQ; its typed, compile-time-checked
+/// posting. Its state transitions are in qp_state.hpp, the QP-independent pieces of posting in
+/// qp_post.hpp, `selective_signaling` in selective_signaling.hpp; this header includes them all.
 
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/end_port.hpp"
@@ -12,6 +13,9 @@
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/qp_options.hpp"
+#include "rdmacxx/qp_post.hpp"
+#include "rdmacxx/qp_state.hpp"
+#include "rdmacxx/selective_signaling.hpp"
 #include "rdmacxx/srq.hpp"
 #include "rdmacxx/transport.hpp"
 #include "rdmacxx/wr.hpp"
@@ -22,120 +26,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace rdmacxx {
 inline namespace v0 {
-
-/// Sizes of a QP's queues, asked for at creation; after creation `queue_pair::capabilities()`
-/// holds what the device really gave (at least as much).
-struct qp_capabilities {
-    std::uint32_t max_send_wr = 128;   ///< outstanding send-queue requests
-    std::uint32_t max_recv_wr = 128;   ///< outstanding receive-queue requests
-    std::uint32_t max_send_sge = 1;    ///< scatter-gather entries per send request
-    std::uint32_t max_recv_sge = 1;    ///< scatter-gather entries per receive request
-    std::uint32_t max_inline_data = 0; ///< bytes a send request may carry inline
-};
-
-/// Tag of the `queue_pair` constructor that adopts a QP created elsewhere (by the RDMA CM).
-struct adopt_qp_t {
-    explicit adopt_qp_t() = default;
-};
-/// The `adopt_qp_t` tag value.
-inline constexpr adopt_qp_t adopt_qp{};
-
-/// The outcome of a non-throwing post: `error` is 0 or an errno value, `bad_index` the
-/// position of the first request not posted.
-struct [[nodiscard]] post_result {
-    int error = 0;             ///< 0 on success, else the errno value
-    std::size_t bad_index = 0; ///< the first request of the chain that was not posted
-    /// True on success.
-    explicit operator bool() const noexcept { return error == 0; }
-};
-
-namespace detail {
-/// A compare-and-swap or fetch-and-add request type.
-template <class W>
-concept atomic_request = W::opcode == IBV_WR_ATOMIC_CMP_AND_SWP || W::opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-
-/// "STATE|AV|PATH_MTU", the names of the bits set in an `ibv_qp_attr_mask`.
-inline std::string qp_mask_names(int mask) {
-    static constexpr std::pair<int, char const*> names[] = {
-        {IBV_QP_STATE, "STATE"},
-        {IBV_QP_CUR_STATE, "CUR_STATE"},
-        {IBV_QP_EN_SQD_ASYNC_NOTIFY, "EN_SQD_ASYNC_NOTIFY"},
-        {IBV_QP_ACCESS_FLAGS, "ACCESS_FLAGS"},
-        {IBV_QP_PKEY_INDEX, "PKEY_INDEX"},
-        {IBV_QP_PORT, "PORT"},
-        {IBV_QP_QKEY, "QKEY"},
-        {IBV_QP_AV, "AV"},
-        {IBV_QP_PATH_MTU, "PATH_MTU"},
-        {IBV_QP_TIMEOUT, "TIMEOUT"},
-        {IBV_QP_RETRY_CNT, "RETRY_CNT"},
-        {IBV_QP_RNR_RETRY, "RNR_RETRY"},
-        {IBV_QP_RQ_PSN, "RQ_PSN"},
-        {IBV_QP_MAX_QP_RD_ATOMIC, "MAX_QP_RD_ATOMIC"},
-        {IBV_QP_ALT_PATH, "ALT_PATH"},
-        {IBV_QP_MIN_RNR_TIMER, "MIN_RNR_TIMER"},
-        {IBV_QP_SQ_PSN, "SQ_PSN"},
-        {IBV_QP_MAX_DEST_RD_ATOMIC, "MAX_DEST_RD_ATOMIC"},
-        {IBV_QP_PATH_MIG_STATE, "PATH_MIG_STATE"},
-        {IBV_QP_CAP, "CAP"},
-        {IBV_QP_DEST_QPN, "DEST_QPN"},
-        {IBV_QP_RATE_LIMIT, "RATE_LIMIT"},
-    };
-    std::string s;
-    for (auto const& [bit, name] : names)
-        if ((mask & bit) != 0) {
-            if (!s.empty()) s += '|';
-            s += name;
-        }
-    return s.empty() ? "0" : s;
-}
-
-/// "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR".
-constexpr char const* qp_state_name(ibv_qp_state s) noexcept {
-    switch (s) {
-    case IBV_QPS_RESET:
-        return "RESET";
-    case IBV_QPS_INIT:
-        return "INIT";
-    case IBV_QPS_RTR:
-        return "RTR";
-    case IBV_QPS_RTS:
-        return "RTS";
-    case IBV_QPS_SQD:
-        return "SQD";
-    case IBV_QPS_SQE:
-        return "SQE";
-    case IBV_QPS_ERR:
-        return "ERR";
-    case IBV_QPS_UNKNOWN:
-        break;
-    }
-    return "UNKNOWN";
-}
-
-[[noreturn]] RDMACXX_COLD inline void throw_post(int err, char const* verb, std::size_t bad_index, std::uint64_t wr_id,
-                                                 int opcode, std::uint32_t qpn) {
-    throw wr_error(err, verb, bad_index, wr_id, opcode, qpn);
-}
-
-[[noreturn]] RDMACXX_COLD inline void throw_refused(char const* reason, char const* op, std::uint64_t bytes,
-                                                    std::uint32_t limit, std::size_t index, std::uint32_t qpn) {
-    argument_error e(std::string{op} + " of " + std::to_string(bytes) + " bytes " + reason + " (" +
-                     std::to_string(limit) + " bytes)");
-    e.push_context("refusing work request " + std::to_string(index) + " of the chain posted to QP " +
-                   std::to_string(qpn) + "; nothing was posted");
-    throw e;
-}
-} // namespace detail
 
 /// A queue pair of transport `Transport` (`rc`, `uc`, `ud`) whose CQs use the completion
 /// strategy `Completion` (`busy_poll`, `event_driven`).
@@ -151,7 +49,9 @@ constexpr char const* qp_state_name(ibv_qp_state s) noexcept {
 /// Thread-safety: posting to one QP from several threads needs the caller's lock (as verbs).
 /// @see ibv_create_qp(3), ibv_modify_qp(3), ibv_post_send(3), ibv_post_recv(3)
 template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
-class queue_pair {
+class queue_pair : public qp_state_machine<queue_pair<Transport, Completion, Post>, Transport> {
+    friend class qp_state_machine<queue_pair, Transport>;
+
 public:
     using transport_type = Transport;
     using completion_type = Completion;
@@ -429,170 +329,6 @@ public:
     /// The path MTU in bytes fixed at RTR (the port's active MTU for UD); 0 before.
     [[nodiscard]] std::uint32_t path_mtu_bytes() const noexcept { return path_mtu_bytes_; }
 
-    /// The current state, as the device reports it.
-    /// @throws sys_error when ibv_query_qp(3) fails.
-    [[nodiscard]] ibv_qp_state state() const {
-        ibv_qp_attr attr{};
-        ibv_qp_init_attr init{};
-        if (int rc = ::ibv_query_qp(qp_.get(), &attr, IBV_QP_STATE, &init); rc != 0) [[unlikely]]
-            detail::throw_sys(rc, "ibv_query_qp");
-        return attr.qp_state;
-    }
-
-    /// What a peer needs to reach this QP through `port`; its `path_mtu` is the port's active MTU.
-    [[nodiscard]] endpoint local_endpoint(end_port const& port) const noexcept {
-        return {port.lid(), qp_num(), psn_, port.gid().gid, port.attributes().active_mtu()};
-    }
-    /// As above, advertising the path MTU `opt` asks for (when smaller than the port's active MTU).
-    [[nodiscard]] endpoint local_endpoint(end_port const& port, connect_options const& opt) const noexcept {
-        endpoint e = local_endpoint(port);
-        if (opt.path_mtu != ibv_mtu{} && mtu_bytes(opt.path_mtu) < mtu_bytes(e.path_mtu)) e.path_mtu = opt.path_mtu;
-        return e;
-    }
-
-    /// RESET → INIT on `port`, granting the peer `opt.remote_access` (RC, UC) or setting the
-    /// Q_Key (UD).
-    /// @throws argument_error when `remote_access` asks for atomics on a device whose
-    ///         `atomic_cap` is IBV_ATOMIC_NONE; sys_error naming the transition and the attribute
-    ///         mask when ibv_modify_qp(3) or ibv_query_device(3) fails.
-    void to_init(end_port const& port, connect_options const& opt = {}) {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_INIT;
-        attr.pkey_index = opt.pkey_index;
-        attr.port_num = port.port_num();
-        if constexpr (Transport::qp_type == IBV_QPT_UD) {
-            attr.qkey = opt.qkey;
-        } else {
-            if (has(opt.remote_access, access::remote_atomic) &&
-                detail::device_limits(qp_->context, Transport::name, qp_num()).atomic_cap == IBV_ATOMIC_NONE)
-                [[unlikely]]
-                detail::throw_argument(std::string{"cannot grant remote atomics on "} + Transport::name + " QP " +
-                                       std::to_string(qp_num()) + ": the device's atomic_cap is IBV_ATOMIC_NONE");
-            attr.qp_access_flags = static_cast<unsigned>(to_native(opt.remote_access));
-        }
-        modify(attr, Transport::init_mask, IBV_QPS_RESET);
-    }
-
-    /// INIT → RTR towards `remote` (RC, UC): path MTU (the smaller of `opt.path_mtu`, or the
-    /// port's active MTU, and `remote.path_mtu` when set), remote QPN and PSN, address vector
-    /// (SL `opt.service_level`; a GRH from `port`'s GID with `opt`'s hop limit, traffic class and
-    /// flow label whenever the remote GID is set, as RoCE needs), and on RC the responder's
-    /// `max_dest_rd_atomic` and `min_rnr_timer`.
-    /// @throws argument_error when the flow label is over 20 bits, the SL over 15, the path MTU
-    ///         exceeds the port's active MTU or `max_dest_rd_atomic` the device's
-    ///         `max_qp_rd_atom` (nothing is changed then); sys_error naming the transition
-    ///         and mask when ibv_modify_qp(3) fails.
-    void to_rtr(end_port const& port, endpoint const& remote,
-                connect_options const& opt = {}) requires(Transport::connected) {
-        detail::check_qos(opt.flow_label, opt.service_level,
-                          std::string{Transport::name} + " QP " + std::to_string(qp_num()));
-        ibv_mtu mtu = opt.path_mtu == ibv_mtu{} ? port.attributes().active_mtu() : opt.path_mtu;
-        if (mtu_bytes(mtu) > mtu_bytes(port.attributes().active_mtu())) [[unlikely]]
-            detail::throw_argument("path MTU " + std::to_string(mtu_bytes(mtu)) + " exceeds the active MTU " +
-                                   std::to_string(mtu_bytes(port.attributes().active_mtu())) + " of port " +
-                                   port.to_string());
-        if (mtu_bytes(remote.path_mtu) != 0 && mtu_bytes(remote.path_mtu) < mtu_bytes(mtu)) mtu = remote.path_mtu;
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RTR;
-        attr.path_mtu = mtu;
-        attr.dest_qp_num = remote.qpn;
-        attr.rq_psn = remote.psn;
-        if constexpr (Transport::qp_type == IBV_QPT_RC) {
-            attr.max_dest_rd_atomic = detail::rd_atomic_depth(
-                opt.max_dest_rd_atomic, detail::device_limits(qp_->context, Transport::name, qp_num()).max_qp_rd_atom,
-                "max_dest_rd_atomic", "max_qp_rd_atom", Transport::name, qp_num());
-            attr.min_rnr_timer = opt.min_rnr_timer.code();
-        }
-        attr.ah_attr = address_vector(port, remote.lid, remote.gid, opt);
-        try {
-            modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
-        } catch (error& e) { // a route error names the GID chosen on this side and the remote one
-            e.push_context("Failed routing QP " + std::to_string(qp_num()) + " from " + port.describe() + " to GID " +
-                           remote.gid.to_string());
-            throw;
-        }
-        path_mtu_bytes_ = mtu_bytes(mtu);
-    }
-
-    /// INIT → RTR for UD, which has no remote: records the port's active MTU as the largest
-    /// message a send may carry.
-    /// @throws sys_error naming the transition when ibv_modify_qp(3) fails.
-    void to_rtr(end_port const& port) requires(!Transport::connected) {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RTR;
-        modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
-        path_mtu_bytes_ = mtu_bytes(port.attributes().active_mtu());
-    }
-
-    /// RTR → RTS: this QP may send, starting at `psn()`; on RC with `opt`'s ACK timeout, retry
-    /// count, RNR retry count and `max_rd_atomic`.
-    /// @throws argument_error when `retry_count` or `rnr_retry` is over 7 or `max_rd_atomic` over
-    ///         the device's `max_qp_init_rd_atom`; sys_error naming the transition and mask when
-    ///         ibv_modify_qp(3) fails.
-    void to_rts(connect_options const& opt = {}) {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RTS;
-        attr.sq_psn = psn_;
-        if constexpr (Transport::qp_type == IBV_QPT_RC) {
-            detail::check_retry_counts(opt);
-            ibv_device_attr const dev = detail::device_limits(qp_->context, Transport::name, qp_num());
-            attr.timeout = opt.timeout.code();
-            attr.retry_cnt = opt.retry_count;
-            attr.rnr_retry = opt.rnr_retry;
-            attr.max_rd_atomic = detail::rd_atomic_depth(opt.max_rd_atomic, dev.max_qp_init_rd_atom, "max_rd_atomic",
-                                                         "max_qp_init_rd_atom", Transport::name, qp_num());
-            modify(attr, Transport::rts_mask, IBV_QPS_RTR);
-            atomics_ = dev.atomic_cap != IBV_ATOMIC_NONE;
-        } else {
-            modify(attr, Transport::rts_mask, IBV_QPS_RTR);
-        }
-    }
-
-    /// False when the device cannot run atomics (`atomic_cap` IBV_ATOMIC_NONE), as found when
-    /// the QP was moved to RTS (true before, and for a QP adopted from the CM). A `checked` QP
-    /// refuses compare-and-swap and fetch-and-add then, with argument_error before posting; an
-    /// unchecked one leaves the refusal to the device (a failed completion), keeping its post
-    /// path as short as verbs.
-    [[nodiscard]] bool supports_atomics() const noexcept { return atomics_; }
-
-    /// RESET → INIT → RTR → RTS towards `remote` through `port` (RC, UC).
-    /// @throws as the three steps, with the step in the context messages.
-    void connect(end_port const& port, endpoint const& remote,
-                 connect_options const& opt = {}) requires(Transport::connected) {
-        to_init(port, opt);
-        to_rtr(port, remote, opt);
-        to_rts(opt);
-    }
-
-    /// RESET → INIT → RTR → RTS on `port` (UD): ready to send to any address handle and receive.
-    /// @throws as the three steps.
-    void activate(end_port const& port, connect_options const& opt = {}) requires(!Transport::connected) {
-        to_init(port, opt);
-        to_rtr(port);
-        to_rts(opt);
-    }
-
-    /// Moves the QP to ERR: outstanding requests complete with IBV_WC_WR_FLUSH_ERR.
-    /// @throws sys_error when ibv_modify_qp(3) fails.
-    void to_error() {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_ERR;
-        modify(attr, IBV_QP_STATE, IBV_QPS_UNKNOWN);
-    }
-
-    /// Moves the QP back to RESET; its queues are emptied without completions. A `checked` QP
-    /// first moves to ERR and drains the completions of its work in flight, quietly.
-    /// @throws sys_error when ibv_modify_qp(3) fails.
-    void reset() {
-        retire_in_flight(false);
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RESET;
-        modify(attr, IBV_QP_STATE, IBV_QPS_UNKNOWN);
-        if constexpr (tracked)
-            if (tracking_) tracking_->ledger().forget_all(); // emptied without completions
-        path_mtu_bytes_ = 0;
-    }
-
     /// Posts `wrs` to the send queue as one chain, one doorbell, no heap allocation.
     /// @throws argument_error (nothing posted) for inline data over `max_inline_data`, a UD send
     ///         over the path MTU or without a destination; wr_error with `bad_index()` when
@@ -603,19 +339,20 @@ public:
         check_all(wrs...);
         if constexpr (Post::extended) {
             if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
-                detail::throw_post(rc, "ibv_wr_complete", 0, first_wr_id(wrs...), first_opcode<Wrs...>(), qp_num());
+                detail::throw_post(rc, "ibv_wr_complete", 0, detail::first_wr_id(wrs...),
+                                   detail::first_opcode<Wrs...>(), qp_num());
             return;
         }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link fills what providers read: no zeroing
-        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
-        link(chain, sges, wrs...);
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
+        std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
+        detail::link_send<Transport>(chain, sges, wrs...);
         if constexpr (tracked) {
             post_tracked_or_throw(chain.data(), chain.size());
             return;
         }
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
-            std::size_t const i = index_of(chain, bad);
+            std::size_t const i = detail::index_of(chain, bad);
             detail::throw_post(rc, "ibv_post_send", i, chain[i].wr_id, chain[i].opcode, qp_num());
         }
     }
@@ -746,13 +483,13 @@ public:
                 return {rc, 0};
             return {};
         }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain; // link fills what providers read: no zeroing
-        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link
-        link(chain, sges, wrs...);
+        std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
+        std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
+        detail::link_send<Transport>(chain, sges, wrs...);
         if constexpr (tracked) return try_post_tracked(chain.data(), chain.size());
         ibv_send_wr* bad = nullptr;
         if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
-            return {rc, index_of(chain, bad)};
+            return {rc, detail::index_of(chain, bad)};
         return {};
     }
 
@@ -761,16 +498,16 @@ public:
     template <recv_work_request... Wrs>
         requires(sizeof...(Wrs) > 0)
     RDMACXX_HOT void post_recv(Wrs const&... wrs) {
-        std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // link_recv sets every field: no zeroing
-        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
-        link_recv(chain, sges, wrs...);
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain;       // link_recv sets every field: no zeroing
+        std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link_recv
+        detail::link_recv(chain, sges, wrs...);
         if constexpr (tracked) {
             post_tracked_or_throw(chain.data(), chain.size());
             return;
         }
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
-            std::size_t const i = index_of(chain, bad);
+            std::size_t const i = detail::index_of(chain, bad);
             detail::throw_post(rc, "ibv_post_recv", i, chain[i].wr_id, -1, qp_num());
         }
     }
@@ -780,13 +517,13 @@ public:
         requires(sizeof...(Wrs) > 0)
     RDMACXX_HOT post_result try_post_recv(Wrs const&... wrs)
     noexcept {
-        std::array<ibv_recv_wr, sizeof...(Wrs)> chain; // link_recv sets every field: no zeroing
-        std::array<ibv_sge, sge_total<Wrs...>> sges;   // filled by link_recv
-        link_recv(chain, sges, wrs...);
+        std::array<ibv_recv_wr, sizeof...(Wrs)> chain;       // link_recv sets every field: no zeroing
+        std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link_recv
+        detail::link_recv(chain, sges, wrs...);
         if constexpr (tracked) return try_post_tracked(chain.data(), chain.size());
         ibv_recv_wr* bad = nullptr;
         if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
-            return {rc, index_of(chain, bad)};
+            return {rc, detail::index_of(chain, bad)};
         return {};
     }
 
@@ -797,42 +534,6 @@ public:
 
 private:
     static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-
-    template <class W, class... Rest>
-    static std::uint64_t first_wr_id(W const& w, Rest const&...) noexcept {
-        return w.wr_id();
-    }
-    template <class W, class...>
-    static constexpr int first_opcode() noexcept {
-        return W::opcode;
-    }
-
-    static ibv_ah_attr address_vector(end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
-                                      connect_options const& opt) noexcept {
-        ibv_ah_attr ah{};
-        ah.dlid = remote_lid;
-        ah.sl = opt.service_level;
-        ah.port_num = port.port_num();
-        if (!remote_gid.is_zero() || port.attributes().is_ethernet()) {
-            ah.is_global = 1;
-            ah.grh.dgid = remote_gid.native();
-            ah.grh.sgid_index = static_cast<std::uint8_t>(port.gid().index);
-            ah.grh.hop_limit = opt.hop_limit;
-            ah.grh.traffic_class = opt.traffic_class;
-            ah.grh.flow_label = opt.flow_label;
-        }
-        return ah;
-    }
-
-    void modify(ibv_qp_attr& attr, int mask, ibv_qp_state from) {
-        if (int rc = ::ibv_modify_qp(qp_.get(), &attr, mask); rc != 0) [[unlikely]]
-            detail::throw_sys(
-                rc, "ibv_modify_qp",
-                std::string{"moving "} + Transport::name + " QP " + std::to_string(qp_num()) +
-                    (from == IBV_QPS_UNKNOWN ? std::string{} : std::string{" from "} + detail::qp_state_name(from)) +
-                    " to " + detail::qp_state_name(attr.qp_state) + " with attribute mask " +
-                    detail::qp_mask_names(mask));
-    }
 
     // Why request `w` cannot be posted, or nullptr; `limit` receives the limit it broke.
     // Always inlined, as check_one: called out of line (GCC stops inlining within a chain of 16),
@@ -882,55 +583,6 @@ private:
         return bad;
     }
 
-    // The chain's scatter-gather entries are copied into an array beside it, and the WRs point
-    // there rather than into the typed requests: the typed requests then never escape to the
-    // provider, so the compiler keeps their fields in registers and writes only the verbs
-    // structures, as hand-written code does (no dead copy of each request on the stack).
-    template <class... Wrs>
-    static constexpr std::size_t sge_total = (std::size_t{0} + ... + Wrs::sge_count);
-    template <std::size_t S, std::size_t K>
-    RDMACXX_HOT static ibv_sge* copy_sges(std::array<ibv_sge, S>& sges, std::size_t& at,
-                                          std::span<ibv_sge const, K> from) noexcept {
-        ibv_sge* const first = sges.data() + at;
-        for (std::size_t k = 0; k < K; ++k) { // field by field: GCC then stores each from its register
-            first[k].addr = from[k].addr;
-            first[k].length = from[k].length;
-            first[k].lkey = from[k].lkey;
-        }
-        at += K;
-        return first;
-    }
-    template <std::size_t N, std::size_t S, class... Wrs>
-    RDMACXX_HOT static void link(std::array<ibv_send_wr, N>& chain, std::array<ibv_sge, S>& sges,
-                                 Wrs const&... wrs) noexcept {
-        [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
-            std::size_t at = 0;
-            // No zeroing: build() sets every field a provider reads for the operation, and the
-            // memory-window and TSO members (48 of the 128 bytes) are never read for ours.
-            ((wrs.template build<Transport>(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
-              chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
-             ...);
-        }
-        (std::make_index_sequence<N>{});
-    }
-    template <std::size_t N, std::size_t S, class... Wrs>
-    RDMACXX_HOT static void link_recv(std::array<ibv_recv_wr, N>& chain, std::array<ibv_sge, S>& sges,
-                                      Wrs const&... wrs) noexcept {
-        [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
-            std::size_t at = 0;
-            ((wrs.build(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
-              chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
-             ...);
-        }
-        (std::make_index_sequence<N>{});
-    }
-    template <class Wr, std::size_t N>
-    static std::size_t index_of(std::array<Wr, N> const& chain, Wr const* bad) noexcept {
-        for (std::size_t i = 0; i < N; ++i)
-            if (&chain[i] == bad) return i;
-        return 0;
-    }
-
     struct deleter {
         void operator()(ibv_qp* q) const noexcept { (void)::ibv_destroy_qp(q); }
     };
@@ -945,87 +597,6 @@ private:
     std::uint32_t psn_ = 0;
     std::uint32_t path_mtu_bytes_ = 0;
     bool atomics_ = true;
-};
-
-/// Selective signaling over a queue pair: asks for a completion on every `every`-th send-queue
-/// request only, and accounts for the unsignaled ones, so that a long stream never overruns the
-/// send queue (it waits for a signaled completion, retiring the whole batch before it, when
-/// the queue is full) nor the CQ (one entry per batch).
-///
-/// The QP's send CQ must serve this stream alone while it runs. A failed request completes even
-/// when unsignaled: waiting then throws `wc_error`. The last request of a stream must be
-/// signaled (`post(wr, true)`) or fall on a batch boundary before `finish()`.
-/// Thread-safety: one thread at a time.
-template <class QueuePair>
-class selective_signaling {
-public:
-    using completion_type = typename QueuePair::completion_type;
-
-    /// A stream over `qp` whose send completions arrive on `send_cq`, signaling every `every`-th
-    /// request (1 ≤ every ≤ the QP's max_send_wr).
-    /// @throws argument_error for `every` out of range.
-    selective_signaling(QueuePair& qp, completion_queue<completion_type>& send_cq, std::uint32_t every)
-        : qp_(&qp), cq_(send_cq.anchor_cell()), every_(every), depth_(qp.capabilities().max_send_wr),
-          batches_(depth_ + 1) {
-        if (every == 0 || every > depth_) [[unlikely]]
-            detail::throw_argument("selective signaling every " + std::to_string(every) +
-                                   " requests does not fit a send queue of " + std::to_string(depth_));
-    }
-
-    /// Posts `wr`, signaled when it completes a batch of `every` or when `last` is true; first
-    /// waits for the oldest batch when the send queue is full.
-    /// @throws as `queue_pair::post`, and wc_error when a retired batch failed.
-    template <class W>
-    void post(W wr, bool last = false) {
-        while (outstanding_ + 1 > depth_)
-            retire_one();
-        bool const signal = last || since_signal_ + 1 == every_;
-        wr.signaled(signal);
-        qp_->post(wr);
-        ++outstanding_;
-        ++posted_;
-        ++since_signal_;
-        if (signal) {
-            batches_[tail_] = since_signal_;
-            tail_ = (tail_ + 1) % batches_.size();
-            since_signal_ = 0;
-        }
-    }
-
-    /// Waits until every signaled batch has completed.
-    /// @throws argument_error when unsignaled requests trail the last signaled one (their end
-    ///         cannot be observed); wc_error when a batch failed.
-    void finish() {
-        if (since_signal_ != 0) [[unlikely]]
-            detail::throw_argument(std::to_string(since_signal_) +
-                                   " unsignaled requests trail the stream: post the last one with last = true");
-        while (outstanding_ != 0)
-            retire_one();
-    }
-
-    /// Requests posted so far.
-    [[nodiscard]] std::uint64_t posted() const noexcept { return posted_; }
-    /// Requests posted and not yet known to be complete.
-    [[nodiscard]] std::uint32_t outstanding() const noexcept { return outstanding_; }
-
-private:
-    void retire_one() {
-        if (head_ == tail_) [[unlikely]]
-            detail::throw_argument("the send queue is full of unsignaled requests: signal more often");
-        (*cq_)->wait_one().throw_if_error();
-        outstanding_ -= batches_[head_];
-        head_ = (head_ + 1) % batches_.size();
-    }
-
-    QueuePair* qp_;
-    completion_queue<completion_type>* const* cq_; // the CQ's stable cell: valid when the CQ moves
-    std::uint32_t every_;
-    std::uint32_t depth_;
-    std::vector<std::uint32_t> batches_; // sizes of the signaled batches in flight, a ring
-    std::size_t head_ = 0, tail_ = 0;
-    std::uint32_t since_signal_ = 0;
-    std::uint32_t outstanding_ = 0;
-    std::uint64_t posted_ = 0;
 };
 
 } // namespace v0

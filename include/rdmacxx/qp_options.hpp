@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// `connect_options`: the attributes of a QP's INIT, RTR and RTS transitions, with its timers in
-/// time units (timeouts.hpp) and defaults chosen for production use.
+/// time units (timeouts.hpp) and defaults chosen for production use; `qp_capabilities`, the sizes
+/// of a QP's queues; the `adopt_qp` tag.
 
 #include "rdmacxx/access.hpp"
 #include "rdmacxx/detail/verbs.hpp"
@@ -16,6 +17,23 @@
 
 namespace rdmacxx {
 inline namespace v0 {
+
+/// Sizes of a QP's queues, asked for at creation; after creation `queue_pair::capabilities()`
+/// holds what the device really gave (at least as much).
+struct qp_capabilities {
+    std::uint32_t max_send_wr = 128;   ///< outstanding send-queue requests
+    std::uint32_t max_recv_wr = 128;   ///< outstanding receive-queue requests
+    std::uint32_t max_send_sge = 1;    ///< scatter-gather entries per send request
+    std::uint32_t max_recv_sge = 1;    ///< scatter-gather entries per receive request
+    std::uint32_t max_inline_data = 0; ///< bytes a send request may carry inline
+};
+
+/// Tag of the `queue_pair` constructor that adopts a QP created elsewhere (by the RDMA CM).
+struct adopt_qp_t {
+    explicit adopt_qp_t() = default;
+};
+/// The `adopt_qp_t` tag value.
+inline constexpr adopt_qp_t adopt_qp{};
 
 /// Attributes of the INIT, RTR and RTS transitions (`queue_pair::connect`, `activate`). Each
 /// says which side it governs. The defaults are what a production program would choose:
