@@ -475,8 +475,8 @@ TEST_SUITE("multinode") {
             FAIL("connected to an address no node has");
         } catch (cm::timeout_error const& e) {
             double const ms = ms_since(t0);
-            MESSAGE("nobody: " << to_string(e.step()) << " timed out after " << ms
-                               << " ms (timeout 500 ms): " << e.what());
+            MESSAGE("nobody: " << std::string{to_string(e.step())} << " timed out after " << ms
+                               << " ms (timeout 500 ms): " << std::string{e.what()});
             CHECK(e.step() == cm::step::resolve_address);
             CHECK(ms >= 400.0);
             CHECK(ms < 500.0 + 1000.0 + 2000.0); // the step's timeout, the CM's event slack, scheduling
