@@ -314,13 +314,9 @@ public:
     ///         rdma_connect(3) fails.
     /// @see rdma_connect(3)
     void connect(connection_parameters const& params = {}) {
-        check_private_data(params.private_data, private_data_message::connect, space());
-        check_retries(params);
-        if (params.timeout) set_ack_timeout(*params.timeout);
-        rdma_conn_param p = native_params(params);
+        rdma_conn_param p = prepare(params, private_data_message::connect);
         if (uc_.qp != nullptr) p.qp_num = uc_.qp->qp_num; // the QP is not on the id (see create_qp)
-        if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
+        send_connect(p);
     }
 
     /// Starts connecting a QP that was not made on this id (`qp_num`, taking its receives from an
@@ -330,14 +326,10 @@ public:
     /// @throws as `connect(params)`.
     /// @see rdma_connect(3)
     void connect(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
-        check_private_data(params.private_data, private_data_message::connect, space());
-        check_retries(params);
-        if (params.timeout) set_ack_timeout(*params.timeout);
-        rdma_conn_param p = native_params(params);
+        rdma_conn_param p = prepare(params, private_data_message::connect);
         p.qp_num = qp_num;
         p.srq = srq ? 1 : 0;
-        if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
+        send_connect(p);
     }
 
     /// Accepts the connect request this id came with for a QP that was not made on this id
@@ -346,14 +338,10 @@ public:
     /// @throws as `accept(params)`.
     /// @see rdma_accept(3)
     void accept(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
-        check_private_data(params.private_data, private_data_message::accept, space());
-        check_retries(params);
-        if (params.timeout) set_ack_timeout(*params.timeout);
-        rdma_conn_param p = native_params(params);
+        rdma_conn_param p = prepare(params, private_data_message::accept);
         p.qp_num = qp_num;
         p.srq = srq ? 1 : 0;
-        if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
+        send_accept(p);
     }
 
     /// Moves `qp`, a QP not made on this id, to `state` (INIT, RTR or RTS) with the attributes
@@ -420,18 +408,14 @@ public:
     ///         when rdma_accept(3), rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
     /// @see rdma_accept(3)
     void accept(connection_parameters const& params = {}) {
-        check_private_data(params.private_data, private_data_message::accept, space());
-        check_retries(params);
-        if (params.timeout) set_ack_timeout(*params.timeout);
-        rdma_conn_param p = native_params(params);
+        rdma_conn_param p = prepare(params, private_data_message::accept);
         if (uc_.qp != nullptr) { // UC: moved here, as librdmacm would with RC's attributes (see create_qp)
             modify_qp(uc_.qp, IBV_QPS_INIT);
             modify_qp(uc_.qp, IBV_QPS_RTR);
             modify_qp(uc_.qp, IBV_QPS_RTS);
             p.qp_num = uc_.qp->qp_num;
         }
-        if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
+        send_accept(p);
         if (uc_.qp != nullptr) handle_->qp = std::exchange(uc_.qp, nullptr);
         set_min_rnr_timer(params.min_rnr_timer); // librdmacm has moved an RC QP to RTS
     }
@@ -597,6 +581,25 @@ private:
                                                   a.to_string() + " needs an InfiniBand port, and this host has " +
                                                   (seen.empty() ? std::string{"no RDMA port"} : "only " + seen) +
                                                   "; RoCE ids take AF_INET or AF_INET6 addresses");
+    }
+
+    // What `connect` and `accept` do before the call: the checks (nothing is sent when one
+    // fails), the ACK timeout when given, and the parameters in librdmacm's form.
+    rdma_conn_param prepare(connection_parameters const& params, private_data_message message) {
+        check_private_data(params.private_data, message, space());
+        check_retries(params);
+        if (params.timeout) set_ack_timeout(*params.timeout);
+        return native_params(params);
+    }
+
+    void send_connect(rdma_conn_param& p) {
+        if (int rc = ::rdma_connect(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_connect", "to " + peer_address().to_string());
+    }
+
+    void send_accept(rdma_conn_param& p) {
+        if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
     }
 
     static void check_retries(connection_parameters const& params) {
