@@ -2,6 +2,7 @@
 /// @file
 /// `address_handle`: the route to a remote port, for UD sends.
 
+#include "rdmacxx/detail/address_vector.hpp"
 #include "rdmacxx/end_port.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
@@ -58,18 +59,11 @@ public:
     address_handle(protection_domain& pd, end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
                    address_qos const& qos) {
         detail::check_qos(qos.flow_label, qos.service_level, "an address handle to GID " + remote_gid.to_string());
-        ibv_ah_attr attr{};
-        attr.dlid = remote_lid;
-        attr.sl = qos.service_level;
-        attr.port_num = port.port_num();
-        if (!remote_gid.is_zero() || port.attributes().is_ethernet()) {
-            attr.is_global = 1;
-            attr.grh.dgid = remote_gid.native();
-            attr.grh.sgid_index = static_cast<std::uint8_t>(port.gid().index);
-            attr.grh.hop_limit = qos.hop_limit;
-            attr.grh.traffic_class = qos.traffic_class;
-            attr.grh.flow_label = qos.flow_label;
-        }
+        ibv_ah_attr attr = detail::address_vector(port, remote_lid, remote_gid,
+                                                  {.service_level = qos.service_level,
+                                                   .hop_limit = qos.hop_limit,
+                                                   .traffic_class = qos.traffic_class,
+                                                   .flow_label = qos.flow_label});
         handle_.reset(::ibv_create_ah(pd.native_handle(), &attr));
         if (!handle_) [[unlikely]]
             detail::throw_errno("ibv_create_ah", [&] {

@@ -4,6 +4,7 @@
 /// RESET), the attribute masks they are made with and the names printed when one fails. Part of
 /// `queue_pair` (qp.hpp), which users include.
 
+#include "rdmacxx/detail/address_vector.hpp"
 #include "rdmacxx/detail/verbs.hpp"
 #include "rdmacxx/end_port.hpp"
 #include "rdmacxx/endpoint.hpp"
@@ -165,7 +166,11 @@ public:
                 "max_dest_rd_atomic", "max_qp_rd_atom", Transport::name, self().qp_num());
             attr.min_rnr_timer = opt.min_rnr_timer.code();
         }
-        attr.ah_attr = address_vector(port, remote.lid, remote.gid, opt);
+        attr.ah_attr = detail::address_vector(port, remote.lid, remote.gid,
+                                              {.service_level = opt.service_level,
+                                               .hop_limit = opt.hop_limit,
+                                               .traffic_class = opt.traffic_class,
+                                               .flow_label = opt.flow_label});
         try {
             modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
         } catch (error& e) { // a route error names the GID chosen on this side and the remote one
@@ -262,23 +267,6 @@ protected:
 private:
     [[nodiscard]] QueuePair& self() noexcept { return static_cast<QueuePair&>(*this); }
     [[nodiscard]] QueuePair const& self() const noexcept { return static_cast<QueuePair const&>(*this); }
-
-    static ibv_ah_attr address_vector(end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
-                                      connect_options const& opt) noexcept {
-        ibv_ah_attr ah{};
-        ah.dlid = remote_lid;
-        ah.sl = opt.service_level;
-        ah.port_num = port.port_num();
-        if (!remote_gid.is_zero() || port.attributes().is_ethernet()) {
-            ah.is_global = 1;
-            ah.grh.dgid = remote_gid.native();
-            ah.grh.sgid_index = static_cast<std::uint8_t>(port.gid().index);
-            ah.grh.hop_limit = opt.hop_limit;
-            ah.grh.traffic_class = opt.traffic_class;
-            ah.grh.flow_label = opt.flow_label;
-        }
-        return ah;
-    }
 
     void modify(ibv_qp_attr& attr, int mask, ibv_qp_state from) {
         if (int rc = ::ibv_modify_qp(self().qp_.get(), &attr, mask); rc != 0) [[unlikely]]
