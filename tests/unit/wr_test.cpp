@@ -25,6 +25,27 @@ static_assert(rx::postable_on<rx::fetch_add, rx::rc> && !rx::postable_on<rx::fet
 static_assert(!rx::postable_on<rx::recv<>, rx::rc>);
 static_assert(rx::recv_work_request<rx::recv<>> && !rx::recv_work_request<rx::send<>>);
 
+// An operation carries its legality as a set of transports; a transport its operation set.
+static_assert(rx::write<>::transports == rx::transport_set::of<rx::rc, rx::uc>());
+static_assert(rx::transport_set::of<rx::rc>().has<rx::rc>() && !rx::transport_set::of<rx::rc>().has<rx::ud>());
+
+// Every operation a transport may carry is in the operation set its extended QPs announce, and
+// no transport announces an operation it may not carry.
+template <class Transport, class... Ops>
+constexpr bool sets_agree() {
+    std::uint64_t announced = 0;
+    bool ok = true;
+    ((Ops::transports.template has<Transport>()
+          ? (ok = ok && (Transport::send_ops & Ops::send_op) != 0, announced |= Ops::send_op)
+          : 0),
+     ...);
+    return ok && announced == Transport::send_ops;
+}
+template <class Transport>
+constexpr bool agrees = sets_agree<Transport, rx::send<>, rx::send_imm<>, rx::write<>, rx::write_imm<>, rx::read<>,
+                                   rx::compare_swap, rx::fetch_add>();
+static_assert(agrees<rx::rc> && agrees<rx::uc> && agrees<rx::ud>);
+
 // A gathered list knows whether the HCA may write all of it: any span of const makes it read-only,
 // and it still converts into the sends and writes (tests/compile_fail has the READs and receives).
 static_assert(
