@@ -6,11 +6,7 @@
 #include "rdmacxx/transport.hpp"
 #include "rdmacxx/wr.hpp"
 
-#include <arpa/inet.h>
-
-#include <array>
 #include <concepts>
-#include <cstddef>
 #include <cstdint>
 
 namespace rdmacxx {
@@ -42,55 +38,22 @@ concept post_policy = requires {
 
 namespace detail {
 
-/// The `ibv_qp_create_send_ops_flags` a transport's operations need.
+/// The `ibv_qp_create_send_ops_flags` a transport's QPs announce: its operation set.
 template <class Transport>
 constexpr std::uint64_t send_ops_for() noexcept {
-    std::uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-    if constexpr (Transport::allows_write) ops |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
-    if constexpr (Transport::allows_read) ops |= IBV_QP_EX_WITH_RDMA_READ;
-    if constexpr (Transport::allows_atomic)
-        ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-    return ops;
+    return Transport::send_ops;
 }
 
 /// Writes one typed request with the extended API (between ibv_wr_start and ibv_wr_complete),
-/// its completion to carry `wr_id`.
+/// its completion to carry `wr_id`: the request's own `build<Transport>(ibv_qp_ex*)`.
 template <class Transport, class W>
 void write_extended(ibv_qp_ex* qpx, W const& w, std::uint64_t wr_id) noexcept {
+    static_assert((Transport::send_ops & W::send_op) == W::send_op,
+                  "rdmacxx: the operation is legal on this transport but missing from its send_ops: add its "
+                  "IBV_QP_EX_WITH_* flag to the transport's operation set");
     qpx->wr_id = wr_id;
     qpx->wr_flags = w.flags();
-    constexpr ibv_wr_opcode op = W::opcode;
-    if constexpr (op == IBV_WR_SEND)
-        ::ibv_wr_send(qpx);
-    else if constexpr (op == IBV_WR_SEND_WITH_IMM)
-        ::ibv_wr_send_imm(qpx, htonl(w.imm()));
-    else if constexpr (op == IBV_WR_RDMA_WRITE)
-        ::ibv_wr_rdma_write(qpx, w.rkey(), w.remote_address());
-    else if constexpr (op == IBV_WR_RDMA_WRITE_WITH_IMM)
-        ::ibv_wr_rdma_write_imm(qpx, w.rkey(), w.remote_address(), htonl(w.imm()));
-    else if constexpr (op == IBV_WR_RDMA_READ)
-        ::ibv_wr_rdma_read(qpx, w.rkey(), w.remote_address());
-    else if constexpr (op == IBV_WR_ATOMIC_CMP_AND_SWP)
-        ::ibv_wr_atomic_cmp_swp(qpx, w.rkey(), w.remote_address(), w.compare(), w.swap());
-    else if constexpr (op == IBV_WR_ATOMIC_FETCH_AND_ADD)
-        ::ibv_wr_atomic_fetch_add(qpx, w.rkey(), w.remote_address(), w.add());
-    if constexpr (Transport::qp_type == IBV_QPT_UD)
-        ::ibv_wr_set_ud_addr(qpx, w.destination().ah, w.destination().remote_qpn, w.destination().remote_qkey);
-    auto const sges = w.sges();
-    if constexpr (W::sge_count == 1) { // the single-entry calls: cheaper, and right on every provider
-        if ((w.flags() & IBV_SEND_INLINE) != 0)
-            ::ibv_wr_set_inline_data(qpx, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sges[0].addr)),
-                                     sges[0].length);
-        else
-            ::ibv_wr_set_sge(qpx, sges[0].lkey, sges[0].addr, sges[0].length);
-    } else if ((w.flags() & IBV_SEND_INLINE) != 0) {
-        std::array<ibv_data_buf, W::sge_count> bufs;
-        for (std::size_t i = 0; i < W::sge_count; ++i)
-            bufs[i] = {reinterpret_cast<void*>(static_cast<std::uintptr_t>(sges[i].addr)), sges[i].length};
-        ::ibv_wr_set_inline_data_list(qpx, W::sge_count, bufs.data());
-    } else {
-        ::ibv_wr_set_sge_list(qpx, W::sge_count, sges.data());
-    }
+    w.template build<Transport>(qpx);
 }
 
 } // namespace detail

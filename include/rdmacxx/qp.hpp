@@ -166,109 +166,161 @@ private:
                                   ": the device has no extended post API");
     }
 
-    template <class... Wrs>
-    RDMACXX_HOT int post_extended(Wrs const&... wrs) noexcept(!tracked) {
-        if constexpr (tracked) {
-            if (tracking_) { // the tags first: nothing may throw between start and complete
-                std::array<std::uint64_t, sizeof...(Wrs)> tags;
-                record_extended(tags, wrs...);
-                ::ibv_wr_start(qpx_);
-                std::size_t k = 0;
-                (detail::write_extended<Transport>(qpx_, wrs, tags[k++]), ...);
-                int const rc = ::ibv_wr_complete(qpx_);
-                if (rc != 0) [[unlikely]]
-                    (void)tracking_->ledger().cancel_sends(tags[0]);
-                return rc;
-            }
-        }
-        ::ibv_wr_start(qpx_);
-        (detail::write_extended<Transport>(qpx_, wrs, wrs.wr_id()), ...);
-        return ::ibv_wr_complete(qpx_);
+    // The one post path, for plain and checked QPs alike: posts the `n` linked requests of
+    // `chain` with ibv_post_send(3) or ibv_post_recv(3). A checked QP records them in its ledger
+    // first (the tags become their wr_id, `first` the first tag); a checked QP adopted without its
+    // CQs has no ledger and posts untracked. Returns the verb's value, `bad_wr` as the verb sets it.
+    template <class Wr>
+    RDMACXX_HOT int submit(Wr* chain, std::size_t n, Wr*& bad_wr,
+                           [[maybe_unused]] std::uint64_t& first) noexcept(!tracked) {
+        if constexpr (tracked)
+            if (tracking_) first = tracking_->ledger().record(chain, n);
+        if constexpr (std::is_same_v<Wr, ibv_send_wr>)
+            return ::ibv_post_send(qp_.get(), chain, &bad_wr);
+        else
+            return ::ibv_post_recv(qp_.get(), chain, &bad_wr);
     }
 
-    // Records extended-API requests in the ledger, their tags into `tags`; all or none.
-    template <std::size_t N, class... Wrs>
-    void record_extended(std::array<std::uint64_t, N>& tags, Wrs const&... wrs) requires(tracked) {
-        std::size_t k = 0;
-        try {
-            ((tags[k] = tracking_->ledger().record_send(wrs), ++k), ...);
-        } catch (...) {
-            if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
-            throw;
+    // After a refused post, out of line: the user wr_id of request `i` (its `wr_id` in the chain),
+    // the first not posted; a checked QP's ledger forgets it and those after it.
+    template <class Wr>
+    RDMACXX_COLD std::uint64_t refused(std::uint64_t wr_id, [[maybe_unused]] std::size_t i,
+                                       [[maybe_unused]] std::uint64_t first) noexcept {
+        if constexpr (tracked) {
+            if (tracking_) {
+                if constexpr (std::is_same_v<Wr, ibv_send_wr>)
+                    return tracking_->ledger().cancel_sends(first + i);
+                else
+                    return tracking_->ledger().cancel_recvs(first + i);
+            }
+        }
+        return wr_id;
+    }
+    // Throws the wr_error of a refused post of request `i` (its chain `wr_id` and `opcode`, -1 for
+    // a receive); its bad_index counts from `base`.
+    template <class Wr>
+    [[noreturn]] RDMACXX_COLD void throw_refused(int rc, std::size_t i, std::uint64_t wr_id, int opcode,
+                                                 std::uint64_t first, std::size_t base) {
+        std::uint64_t const user_wr_id = refused<Wr>(wr_id, i, first);
+        detail::throw_post(rc, std::is_same_v<Wr, ibv_send_wr> ? "ibv_post_send" : "ibv_post_recv", base + i,
+                           user_wr_id, opcode, qp_num());
+    }
+    // The opcode of a chain's request for wr_error: -1 for a receive.
+    template <class Wr>
+    static int opcode_of(Wr const& wr) noexcept {
+        if constexpr (std::is_same_v<Wr, ibv_send_wr>)
+            return wr.opcode;
+        else
+            return -1;
+    }
+
+    // submit of the first `n` requests of `chain`, throwing wr_error as post does; its bad_index
+    // counts from `base`.
+    template <class Wr, std::size_t N>
+    RDMACXX_HOT void submit_or_throw(std::array<Wr, N>& chain, std::size_t n = N, std::size_t base = 0) {
+        Wr* bad_wr = nullptr;
+        std::uint64_t first = 0;
+        if (int rc = submit(chain.data(), n, bad_wr, first); rc != 0) [[unlikely]] {
+            std::size_t const i = detail::index_of(chain, n, bad_wr);
+            if constexpr (tracked)
+                throw_refused<Wr>(rc, i, chain[i].wr_id, opcode_of(chain[i]), first, base);
+            else
+                detail::throw_post(rc, std::is_same_v<Wr, ibv_send_wr> ? "ibv_post_send" : "ibv_post_recv", base + i,
+                                   chain[i].wr_id, opcode_of(chain[i]), qp_num());
         }
     }
-    // One chunk of `post(std::span)` through the extended API on a checked QP.
-    template <class W>
-    void post_extended_tracked(std::span<W const> chunk, std::size_t base) requires(tracked) {
-        std::array<std::uint64_t, max_chain> tags;
+
+    // submit of the whole `chain`, reporting as try_post does: ENOMEM (nothing posted) when a
+    // checked QP's ledger cannot grow.
+    template <class Wr, std::size_t N>
+    RDMACXX_HOT post_result try_submit(std::array<Wr, N>& chain) noexcept {
+        Wr* bad_wr = nullptr;
+        std::uint64_t first = 0;
+        int rc = 0;
+        if constexpr (tracked) {
+            try {
+                rc = submit(chain.data(), N, bad_wr, first);
+            } catch (...) {
+                return {ENOMEM, 0};
+            }
+        } else {
+            rc = submit(chain.data(), N, bad_wr, first);
+        }
+        if (rc != 0) [[unlikely]] {
+            std::size_t const i = detail::index_of(chain, N, bad_wr);
+            (void)refused<Wr>(chain[i].wr_id, i, first);
+            return {rc, i};
+        }
+        return {};
+    }
+
+    // The extended API's post path, for plain and checked QPs alike: the requests written between
+    // ibv_wr_start(3) and ibv_wr_complete(3), each with its tag (a checked QP's ledger tag, else
+    // its wr_id). Returns ibv_wr_complete's value; a refused batch is dropped whole and forgotten.
+    template <class... Wrs>
+    RDMACXX_HOT int submit_extended(Wrs const&... wrs) noexcept(!tracked) {
+        std::array<std::uint64_t, sizeof...(Wrs)> tags{wrs.wr_id()...};
+        bool const recorded = record_extended(tags, wrs...); // first: nothing may throw after start
+        ::ibv_wr_start(qpx_);
         std::size_t k = 0;
-        try {
-            for (; k < chunk.size(); ++k)
-                tags[k] = tracking_->ledger().record_send(chunk[k]);
-        } catch (...) {
-            if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
-            throw;
+        (detail::write_extended<Transport>(qpx_, wrs, tags[k++]), ...);
+        int const rc = ::ibv_wr_complete(qpx_);
+        if (rc != 0) [[unlikely]]
+            forget_extended(recorded, tags[0]);
+        return rc;
+    }
+
+    // One chunk of `post(std::span)` through the extended API; wr_error's bad_index is `base`.
+    template <class W>
+    void submit_extended(std::span<W const> chunk, std::size_t base) {
+        std::array<std::uint64_t, max_chain> tags;
+        for (std::size_t i = 0; i < chunk.size(); ++i)
+            tags[i] = chunk[i].wr_id();
+        bool recorded = false;
+        if constexpr (tracked) {
+            if (tracking_) {
+                std::size_t k = 0;
+                try {
+                    for (; k < chunk.size(); ++k)
+                        tags[k] = tracking_->ledger().record_send(chunk[k]);
+                } catch (...) {
+                    if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
+                    throw;
+                }
+                recorded = true;
+            }
         }
         ::ibv_wr_start(qpx_);
         for (std::size_t i = 0; i < chunk.size(); ++i)
             detail::write_extended<Transport>(qpx_, chunk[i], tags[i]);
         if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]] {
-            (void)tracking_->ledger().cancel_sends(tags[0]);
+            forget_extended(recorded, tags[0]);
             detail::throw_post(rc, "ibv_wr_complete", base, chunk[0].wr_id(), W::opcode, qp_num());
         }
     }
 
-    // A checked QP's send or receive chain: recorded (tags as wr_id), posted, and what was not
-    // posted forgotten again. Returns the post verb's value; on failure `bad` is the index of the
-    // first request not posted and `bad_wr_id` its user wr_id.
-    // A QP adopted without its CQs has no ledger: its requests are posted untracked.
-    template <class Wr>
-    int post_tracked(Wr* chain, std::size_t n, std::size_t& bad, std::uint64_t& bad_wr_id) {
-        constexpr bool send_queue = std::is_same_v<Wr, ibv_send_wr>;
-        std::uint64_t const first = tracking_ ? tracking_->ledger().record(chain, n) : 0;
-        Wr* bad_wr = nullptr;
-        int rc = 0;
-        if constexpr (send_queue)
-            rc = ::ibv_post_send(qp_.get(), chain, &bad_wr);
-        else
-            rc = ::ibv_post_recv(qp_.get(), chain, &bad_wr);
-        if (rc != 0) [[unlikely]] {
-            bad = bad_wr != nullptr && bad_wr >= chain && bad_wr < chain + n ? static_cast<std::size_t>(bad_wr - chain)
-                                                                             : 0;
-            if (!tracking_)
-                bad_wr_id = chain[bad].wr_id;
-            else if constexpr (send_queue)
-                bad_wr_id = tracking_->ledger().cancel_sends(first + bad);
-            else
-                bad_wr_id = tracking_->ledger().cancel_recvs(first + bad);
+    // A checked QP with a ledger records extended-API requests, their tags into `tags`: all or
+    // none. False (tags untouched) for a plain QP or one without a ledger.
+    template <std::size_t N, class... Wrs>
+    bool record_extended([[maybe_unused]] std::array<std::uint64_t, N>& tags, [[maybe_unused]] Wrs const&... wrs) {
+        if constexpr (tracked) {
+            if (!tracking_) return false;
+            std::size_t k = 0;
+            try {
+                ((tags[k] = tracking_->ledger().record_send(wrs), ++k), ...);
+            } catch (...) {
+                if (k != 0) (void)tracking_->ledger().cancel_sends(tags[0]);
+                throw;
+            }
+            return true;
+        } else {
+            return false;
         }
-        return rc;
     }
-
-    // post_tracked, reporting as try_post does: ENOMEM (nothing posted) when the ledger cannot grow.
-    template <class Wr>
-    post_result try_post_tracked(Wr* chain, std::size_t n) noexcept {
-        std::size_t i = 0;
-        std::uint64_t user_wr_id = 0;
-        try {
-            if (int rc = post_tracked(chain, n, i, user_wr_id); rc != 0) [[unlikely]]
-                return {rc, i};
-        } catch (...) {
-            return {ENOMEM, 0};
-        }
-        return {};
-    }
-    // post_tracked, throwing wr_error as post does; its bad_index counts from `base`.
-    template <class Wr>
-    void post_tracked_or_throw(Wr* chain, std::size_t n, std::size_t base = 0) {
-        std::size_t i = 0;
-        std::uint64_t user_wr_id = 0;
-        if (int rc = post_tracked(chain, n, i, user_wr_id); rc != 0) [[unlikely]] {
-            if constexpr (std::is_same_v<Wr, ibv_send_wr>)
-                detail::throw_post(rc, "ibv_post_send", base + i, user_wr_id, chain[i].opcode, qp_num());
-            else
-                detail::throw_post(rc, "ibv_post_recv", base + i, user_wr_id, -1, qp_num());
-        }
+    // Forgets the recorded requests of a refused extended batch.
+    void forget_extended([[maybe_unused]] bool recorded, [[maybe_unused]] std::uint64_t first_tag) noexcept {
+        if constexpr (tracked)
+            if (recorded) (void)tracking_->ledger().cancel_sends(first_tag);
     }
 
     // A checked QP about to be destroyed or reset: to ERR, its completions drained; the error
@@ -338,22 +390,14 @@ public:
     RDMACXX_HOT void post(Wrs const&... wrs) {
         check_all(wrs...);
         if constexpr (Post::extended) {
-            if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
+            if (int rc = submit_extended(wrs...); rc != 0) [[unlikely]]
                 detail::throw_post(rc, "ibv_wr_complete", 0, detail::first_wr_id(wrs...),
                                    detail::first_opcode<Wrs...>(), qp_num());
-            return;
-        }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
-        std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
-        detail::link_send<Transport>(chain, sges, wrs...);
-        if constexpr (tracked) {
-            post_tracked_or_throw(chain.data(), chain.size());
-            return;
-        }
-        ibv_send_wr* bad = nullptr;
-        if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
-            std::size_t const i = detail::index_of(chain, bad);
-            detail::throw_post(rc, "ibv_post_send", i, chain[i].wr_id, chain[i].opcode, qp_num());
+        } else {
+            std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
+            std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
+            detail::link_send<Transport>(chain, sges, wrs...);
+            submit_or_throw(chain);
         }
     }
 
@@ -367,41 +411,18 @@ public:
         if constexpr (Post::extended) {
             for (std::size_t i = 0; i < wrs.size(); ++i)
                 check_one(wrs[i], i);
+            for (std::size_t base = 0; base < wrs.size(); base += max_chain)
+                submit_extended(wrs.subspan(base, std::min(max_chain, wrs.size() - base)), base);
+        } else {
             for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
                 std::size_t const n = std::min(max_chain, wrs.size() - base);
-                if constexpr (tracked) {
-                    if (tracking_) {
-                        post_extended_tracked(wrs.subspan(base, n), base);
-                        continue;
-                    }
+                std::array<ibv_send_wr, max_chain> chain;
+                for (std::size_t i = 0; i < n; ++i) {
+                    check_one(wrs[base + i], base + i);
+                    wrs[base + i].template build<Transport>(chain[i]); // every field providers read: no zeroing
+                    chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
                 }
-                ::ibv_wr_start(qpx_);
-                for (std::size_t i = 0; i < n; ++i)
-                    detail::write_extended<Transport>(qpx_, wrs[base + i], wrs[base + i].wr_id());
-                if (int rc = ::ibv_wr_complete(qpx_); rc != 0) [[unlikely]]
-                    detail::throw_post(rc, "ibv_wr_complete", base, wrs[base].wr_id(), W::opcode, qp_num());
-            }
-            return;
-        }
-        for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
-            std::size_t const n = std::min(max_chain, wrs.size() - base);
-            std::array<ibv_send_wr, max_chain> chain;
-            for (std::size_t i = 0; i < n; ++i) {
-                check_one(wrs[base + i], base + i);
-                wrs[base + i].template build<Transport>(chain[i]); // every field providers read: no zeroing
-                chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
-            }
-            if constexpr (tracked) {
-                post_tracked_or_throw(chain.data(), n, base);
-                continue;
-            }
-            ibv_send_wr* bad = nullptr;
-            if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
-                std::size_t i = 0;
-                while (i < n && &chain[i] != bad)
-                    ++i;
-                if (i == n) i = 0;
-                detail::throw_post(rc, "ibv_post_send", base + i, chain[i].wr_id, chain[i].opcode, qp_num());
+                submit_or_throw(chain, n, base);
             }
         }
     }
@@ -430,17 +451,7 @@ public:
                 wrs[base + i].build(chain[i]);
                 chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
             }
-            if constexpr (tracked) {
-                post_tracked_or_throw(chain.data(), n, base);
-                continue;
-            }
-            ibv_recv_wr* bad = nullptr;
-            if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
-                std::size_t const i = bad != nullptr && bad >= chain.data() && bad < chain.data() + n
-                                          ? static_cast<std::size_t>(bad - chain.data())
-                                          : 0;
-                detail::throw_post(rc, "ibv_post_recv", base + i, chain[i].wr_id, -1, qp_num());
-            }
+            submit_or_throw(chain, n, base);
         }
     }
     /// As `post_recv(std::span<W const>)`, for a span of non-const requests.
@@ -448,18 +459,14 @@ public:
         requires(!std::is_const_v<W>)
     void post_recv(std::span<W> wrs) { post_recv(std::span<W const>{wrs}); }
 
-    /// Any request the transport cannot carry lands here and fails to compile with a sentence.
+    /// Any request the transport cannot carry lands here and fails to compile with the sentence
+    /// of the operation (its `require_transport`).
     template <class... Wrs>
         requires(sizeof...(Wrs) > 0 && !(postable_on<Wrs, Transport> && ...))
     void post(Wrs const&...) {
         static_assert((send_work_request<Wrs> && ...),
                       "post() takes send-queue work requests; give receive requests to post_recv()");
-        static_assert(((!detail::needs_read_<Wrs> || Transport::allows_read) && ...),
-                      "RDMA READ is available only on RC queue pairs (not on UC or UD)");
-        static_assert(((!detail::needs_atomic_<Wrs> || Transport::allows_atomic) && ...),
-                      "atomic operations (compare-and-swap, fetch-and-add) are available only on RC queue pairs");
-        static_assert(((!detail::needs_write_<Wrs> || Transport::allows_write) && ...),
-                      "RDMA WRITE is not available on UD queue pairs (use send or send_imm)");
+        (detail::require_transport<Wrs, Transport>(), ...);
     }
 
     /// As `post`, but reports refusal instead of throwing: EINVAL with the index for a request
@@ -470,27 +477,22 @@ public:
     noexcept {
         if (std::size_t bad_check = first_refused(wrs...); bad_check != npos) [[unlikely]]
             return {EINVAL, bad_check};
-        if constexpr (Post::extended && tracked) {
+        if constexpr (Post::extended) {
+            int rc = 0;
             try {
-                if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
-                    return {rc, 0};
+                rc = submit_extended(wrs...);
             } catch (...) { // a checked QP's ledger could not grow: nothing was posted
                 return {ENOMEM, 0};
             }
-            return {};
-        } else if constexpr (Post::extended) {
-            if (int rc = post_extended(wrs...); rc != 0) [[unlikely]]
+            if (rc != 0) [[unlikely]]
                 return {rc, 0};
             return {};
+        } else {
+            std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
+            std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
+            detail::link_send<Transport>(chain, sges, wrs...);
+            return try_submit(chain);
         }
-        std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
-        std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
-        detail::link_send<Transport>(chain, sges, wrs...);
-        if constexpr (tracked) return try_post_tracked(chain.data(), chain.size());
-        ibv_send_wr* bad = nullptr;
-        if (int rc = ::ibv_post_send(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
-            return {rc, detail::index_of(chain, bad)};
-        return {};
     }
 
     /// Posts receive requests `wrs` as one chain.
@@ -501,15 +503,7 @@ public:
         std::array<ibv_recv_wr, sizeof...(Wrs)> chain;       // link_recv sets every field: no zeroing
         std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link_recv
         detail::link_recv(chain, sges, wrs...);
-        if constexpr (tracked) {
-            post_tracked_or_throw(chain.data(), chain.size());
-            return;
-        }
-        ibv_recv_wr* bad = nullptr;
-        if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]] {
-            std::size_t const i = detail::index_of(chain, bad);
-            detail::throw_post(rc, "ibv_post_recv", i, chain[i].wr_id, -1, qp_num());
-        }
+        submit_or_throw(chain);
     }
 
     /// As `post_recv`, reporting refusal instead of throwing.
@@ -520,11 +514,7 @@ public:
         std::array<ibv_recv_wr, sizeof...(Wrs)> chain;       // link_recv sets every field: no zeroing
         std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link_recv
         detail::link_recv(chain, sges, wrs...);
-        if constexpr (tracked) return try_post_tracked(chain.data(), chain.size());
-        ibv_recv_wr* bad = nullptr;
-        if (int rc = ::ibv_post_recv(qp_.get(), chain.data(), &bad); rc != 0) [[unlikely]]
-            return {rc, detail::index_of(chain, bad)};
-        return {};
+        return try_submit(chain);
     }
 
     /// The protection domain.

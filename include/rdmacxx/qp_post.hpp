@@ -90,9 +90,10 @@ RDMACXX_HOT inline void link_recv(std::array<ibv_recv_wr, N>& chain, std::array<
     }
     (std::make_index_sequence<N>{});
 }
+// The index of `bad` among the first `n` requests of `chain`, 0 when it is none of them.
 template <class Wr, std::size_t N>
-std::size_t index_of(std::array<Wr, N> const& chain, Wr const* bad) noexcept {
-    for (std::size_t i = 0; i < N; ++i)
+std::size_t index_of(std::array<Wr, N> const& chain, std::size_t n, Wr const* bad) noexcept {
+    for (std::size_t i = 0; i < n && i < N; ++i)
         if (&chain[i] == bad) return i;
     return 0;
 }

@@ -31,6 +31,7 @@
 #include "rdmacxx/in_flight.hpp"
 #include "rdmacxx/limits.hpp"
 #include "rdmacxx/memory.hpp"
+#include "rdmacxx/memory_window.hpp"
 #include "rdmacxx/parent_domain.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"

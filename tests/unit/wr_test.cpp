@@ -1,5 +1,7 @@
 #include "rdmacxx/wr.hpp"
 
+#include "rdmacxx/memory_window.hpp"
+
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -24,6 +26,32 @@ static_assert(rx::postable_on<rx::compare_swap, rx::rc> && !rx::postable_on<rx::
 static_assert(rx::postable_on<rx::fetch_add, rx::rc> && !rx::postable_on<rx::fetch_add, rx::ud>);
 static_assert(!rx::postable_on<rx::recv<>, rx::rc>);
 static_assert(rx::recv_work_request<rx::recv<>> && !rx::recv_work_request<rx::send<>>);
+
+// An operation carries its legality as a set of transports; a transport its operation set.
+static_assert(rx::write<>::transports == rx::transport_set::of<rx::rc, rx::uc>());
+static_assert(rx::transport_set::of<rx::rc>().has<rx::rc>() && !rx::transport_set::of<rx::rc>().has<rx::ud>());
+static_assert(rx::postable_on<rx::bind_mw, rx::rc> && !rx::postable_on<rx::bind_mw, rx::uc> &&
+              !rx::postable_on<rx::bind_mw, rx::ud>);
+static_assert(rx::postable_on<rx::local_invalidate, rx::rc> && !rx::postable_on<rx::local_invalidate, rx::ud>);
+static_assert(rx::postable_on<rx::send_inv<>, rx::rc> && !rx::postable_on<rx::send_inv<>, rx::ud>);
+
+// Every operation a transport may carry is in the operation set its extended QPs announce, and
+// no transport announces an operation it may not carry.
+template <class Transport, class... Ops>
+constexpr bool sets_agree() {
+    std::uint64_t announced = 0;
+    bool ok = true;
+    ((Ops::transports.template has<Transport>()
+          ? (ok = ok && (Transport::send_ops & Ops::send_op) != 0, announced |= Ops::send_op)
+          : 0),
+     ...);
+    return ok && announced == Transport::send_ops;
+}
+template <class Transport>
+constexpr bool
+    agrees = sets_agree<Transport, rx::send<>, rx::send_imm<>, rx::write<>, rx::write_imm<>, rx::read<>,
+                        rx::compare_swap, rx::fetch_add, rx::bind_mw, rx::local_invalidate, rx::send_inv<>>();
+static_assert(agrees<rx::rc> && agrees<rx::uc> && agrees<rx::ud>);
 
 // A gathered list knows whether the HCA may write all of it: any span of const makes it read-only,
 // and it still converts into the sends and writes (tests/compile_fail has the READs and receives).
@@ -203,4 +231,14 @@ TEST_CASE("a misaligned atomic target is quoted in hex") {
     auto const result = rx::local_span<std::uint64_t>::assume_registered(atomic_result.data(), 1, 0x2222);
     CHECK_THROWS_WITH_AS((rx::fetch_add{result, rx::remote_span<std::uint64_t>{0x10fc, 1, 0x3333}, 1}),
                          "atomic target address 0x10fc is not 8-byte aligned (Invalid argument)", rx::argument_error);
+}
+
+TEST_CASE("send_inv builds a SEND with invalidate naming the window's rkey") {
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(local_memory.data()), 16, 0x1111};
+    rx::remote_span<std::byte> const window{0xabc000, 64, 0x3344};
+    auto expected = raw(5, IBV_WR_SEND_WITH_INV, IBV_SEND_SIGNALED, &sge, 1);
+    expected.invalidate_rkey = 0x3344;
+    rx::send_inv const w{local(0, 16), window};
+    CHECK(w.invalidate_rkey() == 0x3344);
+    check_same(build<rx::rc>(rx::send_inv{local(0, 16), window}.id(5)), expected);
 }
