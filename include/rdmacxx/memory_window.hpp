@@ -7,6 +7,7 @@
 /// @see ibv_alloc_mw(3), ibv_bind_mw(3), ibv_post_send(3), ibv_wr_bind_mw(3)
 
 #include "rdmacxx/access.hpp"
+#include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/memory.hpp"
 #include "rdmacxx/pd.hpp"
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -34,9 +36,11 @@ inline constexpr access window_rights = access::remote_read | access::remote_wri
 /// `rights` no more than a window grants.
 inline ibv_mw_bind_info bind_info(ibv_mw const* mw, memory_region const& mr, std::size_t offset, std::size_t length,
                                   access rights) {
-    std::size_t const region = mr.length();
+    if (mw == nullptr) [[unlikely]]
+        throw_argument("binding a moved-from memory window");
     if (mr.native_handle() == nullptr) [[unlikely]]
         throw_argument("binding a memory window to a moved-from memory region");
+    std::size_t const region = mr.length();
     if (!has(mr.rights(), access::mw_bind)) [[unlikely]]
         throw_argument("binding a memory window to a memory region registered without access::mw_bind (rights 0x" +
                        hex(static_cast<std::uint32_t>(mr.rights())) + ")");
@@ -44,6 +48,9 @@ inline ibv_mw_bind_info bind_info(ibv_mw const* mw, memory_region const& mr, std
         throw_argument("binding a memory window to bytes [" + std::to_string(offset) + ", " +
                        std::to_string(offset + length) + ") of a memory region of " + std::to_string(region) +
                        " bytes: beyond the region");
+    if (has(mr.rights(), access::zero_based)) [[unlikely]]
+        throw_argument("binding a memory window to a zero-based memory region (access::zero_based): windows "
+                       "address a region by its virtual address");
     if ((rights & window_rights) != rights) [[unlikely]]
         throw_argument("a memory window grants only remote_read, remote_write and remote_atomic (asked 0x" +
                        hex(static_cast<std::uint32_t>(rights)) + ")");
@@ -69,8 +76,10 @@ inline ibv_mw_bind_info bind_info(ibv_mw const* mw, memory_region const& mr, std
 ///   bound again.
 ///
 /// `remote()` is the span a peer needs (address, length, rkey) of the last bind. The region must
-/// be registered with `access::mw_bind`. Owns the handle; move-only; references its protection
-/// domain, which must outlive it, as must the region it is bound to while a peer uses it.
+/// be registered with `access::mw_bind`. Owns the handle; move-only (a moved-from window is
+/// empty); references its protection domain, which must outlive it. Unbind or invalidate a
+/// window (or destroy it) before its region: ibv_dereg_mr(3) fails while a window is bound to
+/// the region, and the region's destructor cannot report that.
 /// Thread-safety: none beyond verbs'; a window is bound from the thread that posts to its QP.
 /// @see ibv_alloc_mw(3), ibv_bind_mw(3), ibv_dealloc_mw(3)
 template <unsigned Type>
@@ -87,10 +96,23 @@ public:
     explicit memory_window(protection_domain& pd) : pd_(pd.anchor_cell()), handle_(allocate(pd)) {
         rkey_ = handle_->rkey;
     }
-    /// Takes over `other`'s window; `other` is left empty.
-    memory_window(memory_window&& other) noexcept = default;
-    /// Deallocates the window held, then takes over `other`'s.
-    memory_window& operator=(memory_window&& other) noexcept = default;
+    /// Takes over `other`'s window; `other` is left empty (no handle, no bind).
+    memory_window(memory_window&& other) noexcept
+        : pd_(other.pd_), handle_(std::move(other.handle_)), rkey_(std::exchange(other.rkey_, 0)),
+          address_(std::exchange(other.address_, 0)), length_(std::exchange(other.length_, 0)),
+          mr_(std::exchange(other.mr_, nullptr)) {}
+    /// Deallocates the window held, then takes over `other`'s; `other` is left empty.
+    memory_window& operator=(memory_window&& other) noexcept {
+        if (this != &other) {
+            pd_ = other.pd_;
+            handle_ = std::move(other.handle_);
+            rkey_ = std::exchange(other.rkey_, 0);
+            address_ = std::exchange(other.address_, 0);
+            length_ = std::exchange(other.length_, 0);
+            mr_ = std::exchange(other.mr_, nullptr);
+        }
+        return *this;
+    }
     memory_window(memory_window const&) = delete;
     memory_window& operator=(memory_window const&) = delete;
     /// Deallocates the window (ibv_dealloc_mw(3)).
@@ -114,14 +136,18 @@ public:
     /// read, write, atomic), by posting a bind request to `qp`'s send queue (ibv_bind_mw(3)); its
     /// completion (IBV_WC_BIND_MW, `wr_id`) comes to the QP's send CQ. Rebinding moves the
     /// window; the old rkey stops working. The QP is any QP of the window's domain whose
-    /// transport has the bind operation (RC).
-    /// @returns the window's new `remote()`.
+    /// transport has the bind operation (RC), and not a `checked` one (its ledger does not see
+    /// binds).
+    /// @returns the window's new `remote()`. ibv_bind_mw(3) gives the window its new rkey when it
+    ///          posts: hand the span to a peer only after the bind's completion is polled
+    ///          successfully. After a failed completion the window is unusable: destroy it.
     /// @throws argument_error (nothing posted) for bytes beyond the region, a region without
     ///         `access::mw_bind` (or without local write for remote write or atomic), rights a
     ///         window cannot grant, or a region of another domain; sys_error when ibv_bind_mw(3)
     ///         refuses.
     template <class QueuePair>
-        requires(Type == 1 && (QueuePair::transport_type::send_ops & IBV_QP_EX_WITH_BIND_MW) != 0)
+        requires(Type == 1 && (QueuePair::transport_type::send_ops & IBV_QP_EX_WITH_BIND_MW) != 0 &&
+                 !detail::tracks_in_flight<typename QueuePair::completion_type>)
     remote_span<std::byte> bind(QueuePair& qp, memory_region const& mr, std::size_t offset, std::size_t length,
                                 access rights, std::uint64_t wr_id = 0) {
         ibv_mw_bind bind{};
@@ -136,7 +162,8 @@ public:
     }
     /// Binds this type 1 window to the whole of `mr`; as above.
     template <class QueuePair>
-        requires(Type == 1 && (QueuePair::transport_type::send_ops & IBV_QP_EX_WITH_BIND_MW) != 0)
+        requires(Type == 1 && (QueuePair::transport_type::send_ops & IBV_QP_EX_WITH_BIND_MW) != 0 &&
+                 !detail::tracks_in_flight<typename QueuePair::completion_type>)
     remote_span<std::byte> bind(QueuePair& qp, memory_region const& mr, access rights, std::uint64_t wr_id = 0) {
         return bind(qp, mr, 0, mr.length(), rights, wr_id);
     }
@@ -145,15 +172,17 @@ public:
     /// empty. Nothing happens for a window never bound.
     /// @throws sys_error when ibv_bind_mw(3) refuses.
     template <class QueuePair>
-        requires(Type == 1 && (QueuePair::transport_type::send_ops & IBV_QP_EX_WITH_BIND_MW) != 0)
+        requires(Type == 1 && (QueuePair::transport_type::send_ops & IBV_QP_EX_WITH_BIND_MW) != 0 &&
+                 !detail::tracks_in_flight<typename QueuePair::completion_type>)
     void unbind(QueuePair& qp, std::uint64_t wr_id = 0) {
-        if (mr_ == nullptr) return;
+        if (mr_ == nullptr || length_ == 0) return;
         ibv_mw_bind bind{};
         bind.wr_id = wr_id;
         bind.send_flags = IBV_SEND_SIGNALED;
         bind.bind_info = {mr_, address_, 0, 0};
         post_bind(qp.native_handle(), bind);
         length_ = 0;
+        mr_ = nullptr; // the region may go now; a second unbind does nothing
     }
 
 private:
@@ -191,9 +220,12 @@ private:
 
 /// BIND MW: binds a type 2 `memory_window` to `length` bytes at `offset` of a region with a
 /// work request, granting `rights` (remote read, write, atomic) to the peer of the QP it is
-/// posted on, which alone may reach the window. Completes with IBV_WC_BIND_MW. Making the request
-/// gives the window its next rkey (ibv_inc_rkey(3)) and its new `remote()`, valid once the
-/// completion is polled. The window must be free (never bound, or invalidated). Legal on RC only.
+/// posted on, which alone may reach the window. Completes with IBV_WC_BIND_MW. The request names
+/// the window's next rkey (ibv_inc_rkey(3)); posting it (`queue_pair::post` or `try_post`, when
+/// the request is among those posted) gives the window that rkey and its new `remote()`, which a
+/// peer may use once the completion is polled. A request refused before posting, or never posted,
+/// leaves the window as it was. The window must be free (never bound, or invalidated); build the
+/// request just before posting it. rdmacxx allows it on RC (the verbs allow UC too).
 class bind_mw : public detail::send_wr_base<bind_mw, 0> {
 public:
     static constexpr ibv_wr_opcode opcode = IBV_WR_BIND_MW; ///< its `ibv_send_wr` opcode
@@ -211,19 +243,17 @@ public:
     }
 
     /// Binds `window` to `length` bytes at `offset` of `mr`, granting `rights`.
-    /// @throws argument_error (nothing posted) for bytes beyond the region, a region without
-    ///         `access::mw_bind` (or without local write for remote write or atomic), rights a
-    ///         window cannot grant, or a region of another domain.
+    /// @throws argument_error (nothing posted) for a moved-from window or region, no bytes, bytes
+    ///         beyond the region, a region without `access::mw_bind` (or without local write for
+    ///         remote write or atomic) or zero-based, rights a window cannot grant, or a region
+    ///         of another domain.
     bind_mw(memory_window<2>& window, memory_region const& mr, std::size_t offset, std::size_t length, access rights)
-        : send_wr_base(sg_list<0>{}), mw_(window.native_handle()),
-          info_(detail::bind_info(window.native_handle(), mr, offset, length, rights)) {
-        // The provider tells the device the window's current key (the handle's) and the new one.
-        mw_->rkey = window.rkey_;
-        rkey_ = ::ibv_inc_rkey(window.rkey_);
-        window.rkey_ = rkey_;
-        window.address_ = info_.addr;
-        window.length_ = length;
-        window.mr_ = mr.native_handle();
+        : send_wr_base(sg_list<0>{}), window_(&window), mw_(window.native_handle()),
+          info_(detail::bind_info(window.native_handle(), mr, offset, length, rights)),
+          rkey_(::ibv_inc_rkey(window.rkey_)) {
+        if (length == 0) [[unlikely]]
+            detail::throw_argument(
+                "binding a type 2 memory window to no bytes: invalidate it instead (local_invalidate)");
     }
     /// Binds `window` to the whole of `mr`; as above.
     bind_mw(memory_window<2>& window, memory_region const& mr, access rights)
@@ -231,6 +261,17 @@ public:
 
     /// The rkey the window gets.
     [[nodiscard]] std::uint32_t rkey() const noexcept { return rkey_; }
+
+    /// Called by `queue_pair::post` once the device has taken the request: the window (and the
+    /// provider's handle, whose `rkey` the next bind names as the current one) gets the new rkey
+    /// and span.
+    void posted() const noexcept {
+        mw_->rkey = rkey_;
+        window_->rkey_ = rkey_;
+        window_->address_ = info_.addr;
+        window_->length_ = info_.length;
+        window_->mr_ = info_.mr;
+    }
 
     /// Fills `wr` for transport `Transport` (every field a provider reads; `next` is the caller's).
     template <class Transport>
@@ -249,6 +290,7 @@ public:
     }
 
 private:
+    memory_window<2>* window_;
     ibv_mw* mw_;
     ibv_mw_bind_info info_;
     std::uint32_t rkey_ = 0;
@@ -257,7 +299,7 @@ private:
 /// LOCAL INVALIDATE: revokes a type 2 `memory_window` bound on the QP it is posted to; a peer's
 /// access through its rkey then fails with a remote access error. Completes with
 /// IBV_WC_LOCAL_INV. Type 1 windows cannot be invalidated (unbind them): a `memory_window<1>`
-/// does not compile here. Legal on RC only.
+/// does not compile here. rdmacxx allows it on RC.
 class local_invalidate : public detail::send_wr_base<local_invalidate, 0> {
 public:
     static constexpr ibv_wr_opcode opcode = IBV_WR_LOCAL_INV; ///< its `ibv_send_wr` opcode
@@ -299,7 +341,7 @@ private:
 
 /// SEND with invalidate: a SEND that also revokes, at the peer, the type 2 window whose
 /// `remote()` span it names (the peer's receive completion carries IBV_WC_WITH_INV and the
-/// rkey). Legal on RC only.
+/// rkey). rdmacxx allows it on RC (the verbs allow UC too).
 template <std::size_t Sges = 1>
 class send_inv : public detail::send_wr_base<send_inv<Sges>, Sges> {
 public:

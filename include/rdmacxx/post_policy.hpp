@@ -38,6 +38,11 @@ concept post_policy = requires {
 
 namespace detail {
 
+/// The memory-window operations (bind, local invalidate, SEND with invalidate): an extended QP
+/// announces them when its transport has them, unless the device refuses them at creation.
+inline constexpr std::uint64_t window_send_ops =
+    IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+
 /// The `ibv_qp_create_send_ops_flags` a transport's QPs announce: its operation set.
 template <class Transport>
 constexpr std::uint64_t send_ops_for() noexcept {

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -152,6 +153,14 @@ private:
         // The domain's own verbs context: valid whether or not the rdmacxx::context has moved.
         ibv_context* const verbs = pd.native_handle()->context;
         qp_.reset(::ibv_create_qp_ex(verbs, &ex));
+        if (int const err = errno;
+            !qp_ && (ex.send_ops_flags & detail::window_send_ops) != 0 && (err == EOPNOTSUPP || err == EINVAL)) {
+            // A provider whose extended API has no memory-window operations refuses the whole
+            // set: the QP is made without them, and posting one to it is refused (refusal).
+            ex.send_ops_flags &= ~detail::window_send_ops;
+            qp_.reset(::ibv_create_qp_ex(verbs, &ex));
+            window_ops_ = false;
+        }
         if (!qp_) [[unlikely]]
             detail::throw_errno("ibv_create_qp_ex", [&] {
                 return std::string{"for a "} + Transport::name + " QP with the extended post API (ibv_wr_*) on " +
@@ -350,6 +359,7 @@ public:
             psn_ = other.psn_;
             path_mtu_bytes_ = other.path_mtu_bytes_;
             atomics_ = other.atomics_;
+            window_ops_ = other.window_ops_;
         }
         return *this;
     }
@@ -397,8 +407,18 @@ public:
             std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
             std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
             detail::link_send<Transport>(chain, sges, wrs...);
-            submit_or_throw(chain);
+            if constexpr (detail::any_posted_effect<Wrs...>) {
+                try {
+                    submit_or_throw(chain);
+                } catch (wr_error const& e) { // those before the refused one were posted
+                    detail::apply_posted(e.bad_index(), wrs...);
+                    throw;
+                }
+            } else {
+                submit_or_throw(chain);
+            }
         }
+        if constexpr (detail::any_posted_effect<Wrs...>) detail::apply_posted(sizeof...(Wrs), wrs...);
     }
 
     /// Posts a run of requests of one type, built on the stack and chained `max_chain` at a
@@ -411,8 +431,11 @@ public:
         if constexpr (Post::extended) {
             for (std::size_t i = 0; i < wrs.size(); ++i)
                 check_one(wrs[i], i);
-            for (std::size_t base = 0; base < wrs.size(); base += max_chain)
-                submit_extended(wrs.subspan(base, std::min(max_chain, wrs.size() - base)), base);
+            for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
+                std::size_t const n = std::min(max_chain, wrs.size() - base);
+                submit_extended(wrs.subspan(base, n), base); // a refused chunk posts nothing
+                detail::apply_posted_span(wrs, base, base + n);
+            }
         } else {
             for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
                 std::size_t const n = std::min(max_chain, wrs.size() - base);
@@ -422,7 +445,17 @@ public:
                     wrs[base + i].template build<Transport>(chain[i]); // every field providers read: no zeroing
                     chain[i].next = i + 1 < n ? &chain[i + 1] : nullptr;
                 }
-                submit_or_throw(chain, n, base);
+                if constexpr (detail::has_posted_effect<W>) {
+                    try {
+                        submit_or_throw(chain, n, base);
+                    } catch (wr_error const& e) { // its bad_index counts from the start of `wrs`
+                        detail::apply_posted_span(wrs, base, e.bad_index());
+                        throw;
+                    }
+                    detail::apply_posted_span(wrs, base, base + n);
+                } else {
+                    submit_or_throw(chain, n, base);
+                }
             }
         }
     }
@@ -486,12 +519,16 @@ public:
             }
             if (rc != 0) [[unlikely]]
                 return {rc, 0};
+            if constexpr (detail::any_posted_effect<Wrs...>) detail::apply_posted(sizeof...(Wrs), wrs...);
             return {};
         } else {
             std::array<ibv_send_wr, sizeof...(Wrs)> chain;       // link fills what providers read: no zeroing
             std::array<ibv_sge, detail::sge_total<Wrs...>> sges; // filled by link
             detail::link_send<Transport>(chain, sges, wrs...);
-            return try_submit(chain);
+            post_result const r = try_submit(chain);
+            if constexpr (detail::any_posted_effect<Wrs...>)
+                detail::apply_posted(r ? sizeof...(Wrs) : r.bad_index, wrs...);
+            return r;
         }
     }
 
@@ -541,6 +578,13 @@ private:
                 return "is an atomic, which the device does not support (atomic_cap IBV_ATOMIC_NONE)";
             }
         }
+        if constexpr (Post::extended && (W::send_op & detail::window_send_ops) != 0) {
+            if (!window_ops_) [[unlikely]] {
+                limit = 0;
+                return "is a memory-window operation, which this device's extended post API refused at "
+                       "ibv_create_qp_ex (use legacy_post)";
+            }
+        }
         if constexpr (Transport::qp_type == IBV_QPT_UD) {
             if (w.bytes() > path_mtu_bytes_) [[unlikely]] {
                 limit = path_mtu_bytes_;
@@ -587,6 +631,7 @@ private:
     std::uint32_t psn_ = 0;
     std::uint32_t path_mtu_bytes_ = 0;
     bool atomics_ = true;
+    bool window_ops_ = true; // false: an extended QP whose device refused the memory-window operations
 };
 
 } // namespace v0

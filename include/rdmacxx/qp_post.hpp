@@ -48,6 +48,34 @@ concept atomic_request = W::opcode == IBV_WR_ATOMIC_CMP_AND_SWP || W::opcode == 
     throw e;
 }
 
+/// A request with an effect to apply once the device has taken it (`bind_mw`: its window's new
+/// rkey and span). `queue_pair::post` and `try_post` call `posted()` on each such request of a
+/// chain that was posted, and on none that was not.
+template <class W>
+concept has_posted_effect = requires(W const& w) {
+    w.posted();
+};
+template <class... Wrs>
+inline constexpr bool any_posted_effect = (has_posted_effect<Wrs> || ...);
+template <class W>
+void apply_posted_one(W const& w, bool was_posted) noexcept {
+    if constexpr (has_posted_effect<W>)
+        if (was_posted) w.posted();
+}
+// The effects of the first `n` requests of a chain (all of them when `n` is at least its length).
+template <class... Wrs>
+void apply_posted(std::size_t n, Wrs const&... wrs) noexcept {
+    std::size_t i = 0;
+    (apply_posted_one(wrs, i++ < n), ...);
+}
+// The effects of requests [from, to) of a span posted in chunks.
+template <class W>
+void apply_posted_span(std::span<W const> wrs, std::size_t from, std::size_t to) noexcept {
+    if constexpr (has_posted_effect<W>)
+        for (std::size_t i = from; i < to && i < wrs.size(); ++i)
+            wrs[i].posted();
+}
+
 // Building a chain. The chain's scatter-gather entries are copied into an array beside it, and the WRs point
 // there rather than into the typed requests: the typed requests then never escape to the
 // provider, so the compiler keeps their fields in registers and writes only the verbs
@@ -71,8 +99,8 @@ RDMACXX_HOT inline void link_send(std::array<ibv_send_wr, N>& chain, std::array<
                                   Wrs const&... wrs) noexcept {
     [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
         std::size_t at = 0;
-        // No zeroing: build() sets every field a provider reads for the operation, and the
-        // memory-window and TSO members (48 of the 128 bytes) are never read for ours.
+        // No zeroing: build() sets every field a provider reads for the operation (the
+        // memory-window and TSO members, 48 of the 128 bytes, only bind_mw writes and reads).
         ((wrs.template build<Transport>(chain[I]), chain[I].sg_list = copy_sges(sges, at, wrs.sges()),
           chain[I].next = I + 1 < N ? &chain[I + 1] : nullptr),
          ...);

@@ -45,7 +45,7 @@ public:
     /// Fills `wr` for transport `Transport`: every field a provider reads for this operation
     /// (`wr_id`, `sg_list`, `num_sge`, `opcode`, `send_flags`, `imm_data`, the `wr` union's
     /// members of the operation, `qp_type`), not `next` (the caller's) and not the memory-window
-    /// and TSO members no request of this library uses. `wr` need not be zeroed first.
+    /// and TSO members (only `bind_mw` uses them). `wr` need not be zeroed first.
     template <class Transport>
     void build(ibv_send_wr& wr) const noexcept {
         this->fill_common(wr, opcode);

@@ -113,7 +113,8 @@ TEST_CASE_TEMPLATE("type 2 memory window: bound by a work request, a peer writes
         // the verbs ABI; rxe on kernel 6.1 copies the kernel's IB_WC_WITH_INVALIDATE (1 << 2),
         // which reads as IBV_WC_IP_CSUM_OK here.
         MESSAGE("SEND with invalidate: receive wc_flags " << static_cast<unsigned>(wc.native().wc_flags));
-        CHECK((wc.native().wc_flags & (IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK)) != 0);
+        bool const rxe = std::string{::ibv_get_device_name(lb.pd.native_handle()->context->device)}.starts_with("rxe");
+        CHECK((wc.native().wc_flags & (rxe ? IBV_WC_WITH_INV | IBV_WC_IP_CSUM_OK : IBV_WC_WITH_INV)) != 0);
         CHECK(wc.native().invalidated_rkey == window.rkey());
         write_is_refused(lb, window, region, 4096);
     }
@@ -161,4 +162,35 @@ TEST_CASE("binding a memory window beyond its region, or to a region without mw_
     lb.a.post(rx::bind_mw{mw2, region.mr, read_write}.id(21));
     CHECK(ok(lb.cq_a, IBV_WC_BIND_MW).wr_id() == 21);
     write_and_read_through(lb, mw2.remote(), region, 0);
+}
+
+TEST_CASE("a bind_mw request refused before posting, or never posted, leaves its window as it was") {
+    test::loopback<rx::rc, rx::busy_poll> lb; // max_inline_data 0: any inline payload is refused
+    test::buffer region(lb.pd, 4096, std::byte{0}, window_region), note(lb.pd, 64);
+    rx::memory_window<2> mw(lb.pd);
+    std::uint32_t const allocated = mw.rkey();
+    try {
+        lb.a.post(rx::bind_mw{mw, region.mr, 0, 512, read_write}, rx::send{note.span()}.inlined());
+        FAIL("an inline send over max_inline_data was not refused");
+    } catch (rx::argument_error const& e) {
+        CHECK(std::string{e.what()}.find("max_inline_data") != std::string::npos);
+    }
+    { rx::bind_mw const unposted{mw, region.mr, 0, 512, read_write}; } // built, never posted
+    CHECK(mw.rkey() == allocated);
+    CHECK(mw.remote().empty());
+    CHECK_THROWS_AS(rx::bind_mw(mw, region.mr, 0, 0, read_write), rx::argument_error); // no bytes
+    rx::memory_window<2> moved = std::move(mw);
+    CHECK(mw.native_handle() == nullptr);
+    CHECK(mw.rkey() == 0);
+    CHECK_THROWS_AS(rx::bind_mw(mw, region.mr, read_write), rx::argument_error); // moved-from window
+    CHECK_FALSE(lb.cq_a.wait_one(100ms).has_value());                            // nothing was posted
+
+    // The next bind names the window's true current rkey: the device takes it, and a peer
+    // reaches the window with the key the request announced.
+    rx::bind_mw bind{moved, region.mr, 0, 512, read_write};
+    lb.a.post(bind.id(31));
+    CHECK(ok(lb.cq_a, IBV_WC_BIND_MW).wr_id() == 31);
+    CHECK(moved.rkey() == ::ibv_inc_rkey(allocated));
+    CHECK(moved.remote().rkey() == bind.rkey());
+    write_and_read_through(lb, moved.remote(), region, 0);
 }
