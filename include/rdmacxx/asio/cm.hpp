@@ -88,7 +88,7 @@ inline ::asio::awaitable<cm::event> expect(cm::event_channel& channel, ::asio::p
 
 template <transport Transport, completion_strategy Completion>
 ::asio::awaitable<std::optional<cm::connection<Transport, Completion>>>
-connect(cm::address destination, cm::connection_options opt, cm::resources<Completion> const* shared) {
+connect(cm::address destination, cm::connection_options opt, std::optional<cm::resources<Completion>> shared) {
     auto const ex = co_await ::asio::this_coro::executor;
     cm::check_private_data(opt.params.private_data, cm::private_data_message::connect, cm::port_space_for<Transport>);
     auto channel = std::make_unique<cm::event_channel>();
@@ -109,7 +109,7 @@ connect(cm::address destination, cm::connection_options opt, cm::resources<Compl
     cm::event_channel& ch = *channel;
     std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(cm_id),
                                                            opt.timeout(cm::step::disconnect)};
-    if (shared != nullptr)
+    if (shared)
         c->borrow(*shared);
     else
         c->make_own(opt.cq_entries);
@@ -127,9 +127,10 @@ connect(cm::address destination, cm::connection_options opt, cm::resources<Compl
     co_return c;
 }
 
-template <transport Transport, completion_strategy Completion>
+template <transport Transport, completion_strategy Completion, class BeforeAccept>
 ::asio::awaitable<std::optional<cm::connection<Transport, Completion>>>
-accept(cm::listener<Transport>& listener, cm::connection_options opt, cm::resources<Completion> const* shared) {
+accept(cm::listener<Transport>& listener, cm::connection_options opt, std::optional<cm::resources<Completion>> shared,
+       BeforeAccept before_accept) {
     auto const ex = co_await ::asio::this_coro::executor;
     cm::check_private_data(opt.params.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
     std::optional<cm::connect_request> req;
@@ -146,11 +147,12 @@ accept(cm::listener<Transport>& listener, cm::connection_options opt, cm::resour
     std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(req->cm_id()),
                                                            opt.timeout(cm::step::disconnect)};
     c->set_peer(peer_data, req->parameters());
-    if (shared != nullptr)
+    if (shared)
         c->borrow(*shared);
     else
         c->make_own(opt.cq_entries);
     c->create_qp(opt.caps);
+    before_accept(*c);
     auto descriptor = watch(ex, ch);
     c->cm_id().accept(opt.params);
     if constexpr (Transport::connected)
@@ -195,16 +197,17 @@ template <transport Transport, completion_strategy Completion, post_policy Post>
 template <transport Transport, completion_strategy Completion, class Token>
 auto async_connect(::asio::any_io_executor ex, cm::address const& destination, cm::connection_options const& opt,
                    Token&& token) {
-    return ::asio::co_spawn(std::move(ex), detail::connect<Transport, Completion>(destination, opt, nullptr),
+    return ::asio::co_spawn(std::move(ex), detail::connect<Transport, Completion>(destination, opt, std::nullopt),
                             std::forward<Token>(token));
 }
 
 /// As `async_connect(ex, destination, opt, token)`, the QP made on `shared` (PD, CQs, SRQ,
-/// channel), which must outlive the connection (see `cm::connect(destination, resources, opt)`).
+/// channel; the aggregate is copied, the objects it names must outlive the connection) (see `cm::connect(destination,
+/// resources, opt)`).
 template <transport Transport, completion_strategy Completion, class Token>
 auto async_connect(::asio::any_io_executor ex, cm::address const& destination, cm::resources<Completion> const& shared,
                    cm::connection_options const& opt, Token&& token) {
-    return ::asio::co_spawn(std::move(ex), detail::connect<Transport, Completion>(destination, opt, &shared),
+    return ::asio::co_spawn(std::move(ex), detail::connect<Transport, Completion>(destination, opt, shared),
                             std::forward<Token>(token));
 }
 
@@ -218,7 +221,8 @@ auto async_connect(::asio::any_io_executor ex, cm::address const& destination, c
 template <completion_strategy Completion, transport Transport, class Token>
 auto async_accept(::asio::any_io_executor ex, cm::listener<Transport>& listener, cm::connection_options const& opt,
                   Token&& token) {
-    return ::asio::co_spawn(std::move(ex), detail::accept<Transport, Completion>(listener, opt, nullptr),
+    return ::asio::co_spawn(std::move(ex),
+                            detail::accept<Transport, Completion>(listener, opt, std::nullopt, cm::no_preparation{}),
                             std::forward<Token>(token));
 }
 
@@ -227,7 +231,8 @@ auto async_accept(::asio::any_io_executor ex, cm::listener<Transport>& listener,
 template <completion_strategy Completion, transport Transport, class Token>
 auto async_accept(::asio::any_io_executor ex, cm::listener<Transport>& listener,
                   cm::resources<Completion> const& shared, cm::connection_options const& opt, Token&& token) {
-    return ::asio::co_spawn(std::move(ex), detail::accept<Transport, Completion>(listener, opt, &shared),
+    return ::asio::co_spawn(std::move(ex),
+                            detail::accept<Transport, Completion>(listener, opt, shared, cm::no_preparation{}),
                             std::forward<Token>(token));
 }
 
@@ -245,6 +250,20 @@ template <transport Transport, completion_strategy Completion, post_policy Post,
 auto async_disconnect(::asio::any_io_executor ex, cm::connection<Transport, Completion, Post>& c,
                       std::chrono::milliseconds timeout, Token&& token) {
     return ::asio::co_spawn(std::move(ex), detail::disconnect(c, timeout), std::forward<Token>(token));
+}
+
+/// As `async_accept(ex, listener, shared, opt, token)`, calling `before_accept(connection&)`
+/// (a copy of it is kept until then) after the QP is made and before the accept is sent, as
+/// `connect_request::accept` does: the place to post receives, or to note the QP (`c.qp()`
+/// stays where it is when the connection moves) for messages that may arrive before
+/// `established` is seen. What it throws fails the operation.
+template <completion_strategy Completion, transport Transport, class BeforeAccept, class Token>
+auto async_accept(::asio::any_io_executor ex, cm::listener<Transport>& listener,
+                  cm::resources<Completion> const& shared, cm::connection_options const& opt,
+                  BeforeAccept before_accept, Token&& token) {
+    return ::asio::co_spawn(std::move(ex),
+                            detail::accept<Transport, Completion>(listener, opt, shared, std::move(before_accept)),
+                            std::forward<Token>(token));
 }
 
 } // namespace asio

@@ -18,6 +18,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
+#include <poll.h>
 #include <unistd.h>
 
 #include <array>
@@ -304,6 +305,18 @@ public:
     void ensure_reading() {
         if (reading_) return;
         reading_ = true;
+        // Asio's reactor watches the descriptor edge-triggered, and a wait takes only the edges
+        // that come after it starts: an event that came while no wait was queued would never wake
+        // it. So look first; what is already there is read now.
+        pollfd pfd{descriptor_.native_handle(), POLLIN, 0};
+        if (::poll(&pfd, 1, 0) > 0) {
+            ::asio::post(ex_, [this, alive = std::weak_ptr<char>(alive_)] {
+                if (alive.expired()) return;
+                reading_ = false;
+                on_readable({});
+            });
+            return;
+        }
         descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read,
                                [this, alive = std::weak_ptr<char>(alive_)](std::error_code ec) {
                                    if (alive.expired()) return;
