@@ -95,8 +95,8 @@ awaitable<void> acceptor(cm::listener<rx::rc>& listener, side& s, server_state& 
 
 // One receive of its own in the SRQ; what lands there goes back to the QP it came from.
 awaitable<void> echo(side& s, server_state& st, std::uint32_t k, std::size_t size) {
-    auto const in = s.mr.span().subspan(2 * k * size, size);
-    auto const out = s.mr.span().subspan((2 * k + 1) * size, size);
+    auto const in = s.mr.span().subspan(2 * std::size_t{k} * size, size);
+    auto const out = s.mr.span().subspan((2 * std::size_t{k} + 1) * size, size);
     for (;;) {
         rx::work_completion const wc = co_await rxa::async_recv(s.d, *s.srq, rx::recv{in}, use_awaitable);
         auto it = st.by_qpn.find(wc.qp_num());
@@ -115,10 +115,10 @@ awaitable<void> client(cm::address const& to, side& s, std::uint32_t id, setting
     using namespace ::asio::experimental::awaitable_operators;
     auto const ex = co_await ::asio::this_coro::executor;
     auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(ex, to, s.resources(), {}, use_awaitable);
-    auto const out = s.mr.span().subspan(2 * id * opt.size, opt.size);
-    auto const in = s.mr.span().subspan((2 * id + 1) * opt.size, opt.size);
+    auto const out = s.mr.span().subspan(2 * std::size_t{id} * opt.size, opt.size);
+    auto const in = s.mr.span().subspan((2 * std::size_t{id} + 1) * opt.size, opt.size);
     for (std::uint32_t m = 0; m < opt.messages; ++m) {
-        fill(std::span{s.memory}.subspan(2 * id * opt.size, opt.size), id, m);
+        fill(std::span{s.memory}.subspan(2 * std::size_t{id} * opt.size, opt.size), id, m);
         // The receive for the echo is posted first, then the message: both awaited together.
         auto [echo_wc, send_wc] = co_await (rxa::async_recv(s.d, c->qp(), rx::recv{in}, use_awaitable) &&
                                             rxa::async_post(s.d, c->qp(), rx::send{out}, use_awaitable));
@@ -172,7 +172,7 @@ int main(int argc, char** argv) try {
     side clients{ctx, io, 2 * std::size_t{opt.clients} * opt.size, false};
     server_state st;
     std::exception_ptr failure;
-    auto keep = [&](std::exception_ptr e) {
+    auto keep = [&](std::exception_ptr const& e) {
         if (e && !failure) failure = e;
     };
 
@@ -190,12 +190,12 @@ int main(int argc, char** argv) try {
     if (failure) std::rethrow_exception(failure);
     if (finished < opt.clients) throw std::runtime_error("the clients did not finish within 120 s");
     double const s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    unsigned long long const total = std::uint64_t{opt.clients} * opt.messages;
     std::printf("asio_echo_server: %u coroutine clients on one io_context; %llu echoes, %u verified of %llu; "
                 "one PD, MR, SRQ and CQ on the server; %.3f s\n",
-                opt.clients, static_cast<unsigned long long>(st.echoed), good,
-                static_cast<unsigned long long>(std::uint64_t{opt.clients} * opt.messages), s);
+                opt.clients, static_cast<unsigned long long>(st.echoed), good, total, s);
     io.stop();
-    return good == opt.clients * opt.messages ? 0 : 1;
+    return good == total ? 0 : 1;
 } catch (rx::error const& e) {
     e.dump_detailed(std::cerr, "E:", 2);
     return 1;

@@ -170,7 +170,7 @@ int main(int argc, char** argv) try {
     std::optional<connection> accepted;
     result r;
     std::exception_ptr failure;
-    auto keep = [&](std::exception_ptr e) {
+    auto keep = [&](std::exception_ptr const& e) {
         if (e && !failure) failure = e;
     };
     auto const t0 = std::chrono::steady_clock::now();

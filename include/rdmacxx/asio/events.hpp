@@ -34,7 +34,7 @@ public:
 
     /// Reads `ctx`'s async events on `ex`.
     /// @throws sys_error when fcntl(2) or dup(2) fails.
-    async_event_stream(executor_type ex, context& ctx) : queue_(ctx), descriptor_(std::move(ex)) {
+    async_event_stream(executor_type const& ex, context& ctx) : queue_(ctx), descriptor_(ex) {
         int const fd = ::dup(queue_.fd());
         if (fd < 0) [[unlikely]]
             rdmacxx::detail::throw_errno("dup", "for the async event stream's descriptor");
