@@ -1,0 +1,19 @@
+#pragma once
+/// @file
+/// The Asio adapter (optional; standalone Asio 1.22 or later, `#include <asio.hpp>`'s library):
+/// RDMA completions, RDMA CM steps and device async events as Asio asynchronous operations.
+/// Every operation takes a completion token: a callback, `asio::use_future`,
+/// `asio::experimental::deferred` or `asio::use_awaitable` (C++20 coroutines). Nothing else in
+/// rdmacxx includes Asio, and the umbrella rdmacxx.hpp does not include this header.
+///
+/// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
+/// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
+/// - rdmacxx/asio/cm.hpp: `async_connect`, `async_accept`, `async_disconnect`;
+/// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events).
+///
+/// See docs/asio.md.
+
+#include "rdmacxx/asio/cm.hpp"
+#include "rdmacxx/asio/dispatcher.hpp"
+#include "rdmacxx/asio/events.hpp"
+#include "rdmacxx/asio/operations.hpp"

@@ -1,0 +1,524 @@
+#pragma once
+/// @file
+/// The Asio adapter's completion dispatcher: one completion channel wrapped in an
+/// `asio::posix::stream_descriptor`, the CQs on it, and the pool of operation slots that routes
+/// each work completion to the operation that posted it. The operations themselves
+/// (`async_post`, `async_recv`, `async_wait`) are in rdmacxx/asio/operations.hpp.
+
+#include "rdmacxx/cq.hpp"
+#include "rdmacxx/error.hpp"
+
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/error.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <poll.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace rdmacxx {
+inline namespace v0 {
+/// The Asio adapter (rdmacxx/asio.hpp): completions, connections and async events as Asio
+/// asynchronous operations, for callbacks, `asio::use_future`, `asio::experimental::deferred`
+/// and C++20 coroutines (`asio::use_awaitable`). Standalone Asio 1.22 or later.
+namespace asio {
+
+/// Settings of a `completion_dispatcher`.
+struct dispatcher_options {
+    /// Operation slots in its pool: operations in flight at most, cancelled ones whose
+    /// completion has not been reaped yet included. Allocated once, at construction.
+    std::uint32_t max_operations = 1024;
+};
+
+/// How a CQ added to a `completion_dispatcher` is served.
+enum class cq_mode {
+    routed, ///< every completion goes to the operation whose slot its `wr_id` names (`async_post`, `async_recv`)
+    batch,  ///< completions are handed out in batches to `async_wait(dispatcher, cq, out, token)`
+};
+
+namespace detail {
+
+/// Bytes of a handler kept in an operation slot itself; a larger handler goes to its associated
+/// allocator.
+inline constexpr std::size_t op_storage_bytes = 192;
+
+/// What an operation completes with.
+struct op_result {
+    std::error_code ec;      ///< empty on success
+    work_completion wc{};    ///< the completion (routed operations)
+    std::size_t count = 0;   ///< completions taken (batch waits)
+    std::exception_ptr ex{}; ///< the library's exception when there is one (a refused post)
+};
+
+/// One slot of the pool: the type-erased handler of one operation and its tag's generation.
+struct op_slot {
+    enum class state : std::uint8_t { free, pending, abandoned };
+    /// Moves the handler out, destroys the slot's copy and, when `r` is non-null, completes it
+    /// with `*r` (dispatched to its executor, or posted when `posted`).
+    using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted);
+    invoke_fn invoke = nullptr;
+    ::asio::cancellation_slot cancel{};
+    std::uint32_t generation = 1;
+    std::uint32_t next_free = 0;
+    state st = state::free;
+    bool batch = false;
+    alignas(std::max_align_t) std::byte storage[op_storage_bytes];
+};
+
+/// A handler and the work it keeps on its executor while the operation is pending.
+template <class Handler, class Executor>
+struct op_holder {
+    using work_executor = ::asio::associated_executor_t<Handler, Executor>;
+    Handler handler;
+    ::asio::executor_work_guard<work_executor> work;
+    op_holder(Handler&& h, Executor const& ex)
+        : handler(std::move(h)), work(::asio::get_associated_executor(handler, ex)) {}
+};
+
+/// Binds an `op_result` to the handler as its arguments. `Exceptions` true: the first
+/// argument is an `std::exception_ptr` holding the library's exception (for `use_awaitable`).
+template <bool Exceptions, bool Batch>
+struct completer {
+    template <class Handler>
+    static auto bind(Handler&& h, op_result const& r) {
+        auto second = [&] {
+            if constexpr (Batch)
+                return r.count;
+            else
+                return r.wc;
+        }();
+        if constexpr (Exceptions)
+            return ::asio::detail::bind_handler(std::forward<Handler>(h), to_exception(r), second);
+        else
+            return ::asio::detail::bind_handler(std::forward<Handler>(h), r.ec, second);
+    }
+    static std::exception_ptr to_exception(op_result const& r) {
+        if (!r.ec) return nullptr;
+        if (r.ex) return r.ex;
+        if (r.ec.category() == wc_category())
+            return std::make_exception_ptr(rdmacxx::detail::failed_completion_error(r.wc.native()));
+        return std::make_exception_ptr(error(r.ec, Batch ? "async_wait on a CQ" : "an RDMA operation"));
+    }
+};
+
+template <class Handler, class Executor, class Completer>
+void invoke_slot(op_slot& s, op_result const* r, bool posted) {
+    using holder = op_holder<Handler, Executor>;
+    constexpr bool in_place = sizeof(holder) <= op_storage_bytes && alignof(holder) <= alignof(std::max_align_t);
+    holder* stored = nullptr;
+    if constexpr (in_place)
+        stored = std::launder(reinterpret_cast<holder*>(s.storage));
+    else
+        stored = *std::launder(reinterpret_cast<holder**>(s.storage));
+    Handler h{std::move(stored->handler)};
+    // The work is kept until the completion is queued: the io_context must not run out of work
+    // (and stop) in between.
+    auto work{std::move(stored->work)};
+    auto ex = work.get_executor();
+    if constexpr (in_place) {
+        stored->~holder();
+    } else {
+        using alloc_t =
+            typename std::allocator_traits<::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
+        alloc_t alloc{::asio::get_associated_allocator(h)};
+        std::allocator_traits<alloc_t>::destroy(alloc, stored);
+        std::allocator_traits<alloc_t>::deallocate(alloc, stored, 1);
+    }
+    s.invoke = nullptr;
+    if (r == nullptr) return;
+    if (posted)
+        ::asio::post(ex, Completer::bind(std::move(h), *r));
+    else
+        ::asio::dispatch(ex, Completer::bind(std::move(h), *r));
+}
+
+} // namespace detail
+
+/// Routes completions to Asio operations: owns a duplicate of a completion channel's descriptor
+/// in an `asio::posix::stream_descriptor` on the executor it is given, and a fixed pool of
+/// operation slots. When the descriptor is readable it takes every pending CQ event, counts it
+/// on its CQ (acknowledged in batches of `completion_queue::ack_batch`), and for a routed CQ
+/// polls until empty, arms it, and polls again (arm-then-poll: a completion that lands between
+/// the last poll and the arm is not missed); each completion's `wr_id` names a slot and the
+/// generation that posted it, and the slot's handler is dispatched to its own executor with the
+/// completion. A completion whose tag names no pending operation (a cancelled one's, or one not
+/// posted through the dispatcher) is dropped and counted (`dropped()`, `stray()`).
+///
+/// The descriptor is waited on only while operations are pending, so `io_context::run` returns
+/// when the last one has completed. A cancelled operation does not keep it waiting: its
+/// completion is reaped and dropped the next time the dispatcher reads (while later operations
+/// are pending), and its slot and memory stay taken until then. Several CQs may share the channel; a CQ event of a CQ
+/// not added is acknowledged and ignored.
+///
+/// No heap allocation per operation in steady state: handlers up to 192 bytes (callbacks,
+/// coroutine handlers) live in the slot; a larger one uses its associated allocator.
+/// Thread-safety: not thread-safe; use it, its operations and its CQs from the one thread (or
+/// strand) running its executor. Must outlive its operations; destroying it destroys the
+/// handlers of pending operations without calling them. Must be destroyed before its channel and CQs.
+/// @see ibv_get_cq_event(3), ibv_req_notify_cq(3), ibv_ack_cq_events(3)
+class completion_dispatcher {
+public:
+    /// The executor its descriptor and operations run on.
+    using executor_type = ::asio::any_io_executor;
+
+    /// Serves `channel` (put in non-blocking mode) on `ex`, with `opt.max_operations` slots.
+    /// @throws argument_error when `max_operations` is 0 or over 2^31; sys_error when dup(2) or
+    ///         fcntl(2) fails.
+    completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
+        : ex_(std::move(ex)), channel_(&channel), descriptor_(ex_), slots_(check_size(opt.max_operations)),
+          alive_(std::make_shared<char>()) {
+        channel.set_nonblocking();
+        int const fd = ::dup(channel.fd());
+        if (fd < 0) [[unlikely]]
+            rdmacxx::detail::throw_errno("dup", "for the completion dispatcher's descriptor");
+        descriptor_.assign(fd);
+        for (std::uint32_t i = 0; i < slots_.size(); ++i)
+            slots_[i].next_free = i + 1;
+        free_ = 0;
+    }
+    completion_dispatcher(completion_dispatcher const&) = delete;
+    completion_dispatcher& operator=(completion_dispatcher const&) = delete;
+    /// Destroys pending handlers without calling them and closes its descriptor (not the channel).
+    ~completion_dispatcher() {
+        alive_.reset();
+        for (auto& s : slots_) {
+            if (s.cancel.is_connected()) s.cancel.clear();
+            if (s.invoke != nullptr) s.invoke(s, nullptr, false);
+        }
+        std::error_code ignored;
+        descriptor_.close(ignored);
+    }
+
+    /// Serves `cq`, which must deliver its events to this dispatcher's channel, in `mode`; arms it.
+    /// @throws argument_error when `cq` uses another channel or was added already; sys_error
+    ///         when ibv_req_notify_cq(3) fails.
+    template <class Completion>
+    void add(completion_queue<Completion>& cq, cq_mode mode = cq_mode::routed) {
+        static_assert(Completion::uses_channel, "the dispatcher serves CQs with a completion channel (event_driven)");
+        if (cq.channel() != channel_->native_handle()) [[unlikely]]
+            rdmacxx::detail::throw_argument("the CQ added to a completion dispatcher delivers its events to another "
+                                            "completion channel");
+        if (find(cq.native_handle()) != nullptr) [[unlikely]]
+            rdmacxx::detail::throw_argument("the CQ was added to this completion dispatcher already");
+        cqs_.push_back(cq_entry{&cq,
+                                cq.native_handle(),
+                                &poll_cq<Completion>,
+                                &arm_cq<Completion>,
+                                &note_cq<Completion>,
+                                mode == cq_mode::batch,
+                                npos,
+                                {}});
+        cq.arm();
+    }
+
+    /// The executor.
+    [[nodiscard]] executor_type get_executor() const noexcept { return ex_; }
+    /// Operations pending: waiting for their completion, cancelled ones included.
+    [[nodiscard]] std::size_t in_flight() const noexcept { return pending_ + abandoned_; }
+    /// Cancelled operations whose completion has not been reaped yet (their memory is still the device's).
+    [[nodiscard]] std::size_t abandoned() const noexcept { return abandoned_; }
+    /// Completions of cancelled operations reaped and dropped so far.
+    [[nodiscard]] std::uint64_t dropped() const noexcept { return dropped_; }
+    /// Completions whose `wr_id` named no operation (not posted through the dispatcher, or the
+    /// later completions of a chain that failed early) dropped so far.
+    [[nodiscard]] std::uint64_t stray() const noexcept { return stray_; }
+    /// Slots in the pool.
+    [[nodiscard]] std::size_t capacity() const noexcept { return slots_.size(); }
+
+    /// @cond
+    static constexpr std::uint32_t npos = ~std::uint32_t{0};
+
+    // Takes a slot for `handler` (moved in), hooks its cancellation slot; npos when none is free
+    // (the handler is left as it was).
+    template <class Completer, class Handler>
+    std::uint32_t acquire(Handler& handler, bool batch) {
+        if (free_ == slots_.size()) [[unlikely]]
+            return npos;
+        std::uint32_t const index = free_;
+        detail::op_slot& s = slots_[index];
+        auto cs = ::asio::get_associated_cancellation_slot(handler);
+        using holder = detail::op_holder<Handler, executor_type>;
+        if constexpr (sizeof(holder) <= detail::op_storage_bytes && alignof(holder) <= alignof(std::max_align_t)) {
+            ::new (static_cast<void*>(s.storage)) holder(std::move(handler), ex_);
+        } else {
+            using alloc_t =
+                typename std::allocator_traits<::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
+            alloc_t alloc{::asio::get_associated_allocator(handler)};
+            holder* p = std::allocator_traits<alloc_t>::allocate(alloc, 1);
+            std::allocator_traits<alloc_t>::construct(alloc, p, std::move(handler), ex_);
+            ::new (static_cast<void*>(s.storage)) holder*(p);
+        }
+        free_ = s.next_free;
+        s.invoke = &detail::invoke_slot<Handler, executor_type, Completer>;
+        s.st = detail::op_slot::state::pending;
+        s.batch = batch;
+        ++pending_;
+        if (cs.is_connected()) {
+            s.cancel = cs;
+            cs.template emplace<canceller>(this, index, s.generation);
+        }
+        return index;
+    }
+
+    // The wr_id that names slot `index` as it is now.
+    [[nodiscard]] std::uint64_t tag(std::uint32_t index) const noexcept {
+        return (std::uint64_t{slots_[index].generation} << 32) | index;
+    }
+
+    // Completes the pending operation of slot `index` with `r`, then frees the slot.
+    void complete(std::uint32_t index, detail::op_result const& r, bool posted) {
+        detail::op_slot& s = slots_[index];
+        if (s.cancel.is_connected()) s.cancel.clear();
+        s.cancel = {};
+        --pending_;
+        // The handler is moved out and the slot's copy destroyed before it runs (inline when its
+        // executor allows): it may start the next operation at once.
+        s.invoke(s, &r, posted);
+        release(index);
+    }
+
+    // A pending operation whose work never reached the device: completed with `ec` (and the
+    // exception that said so), posted.
+    void fail(std::uint32_t index, std::error_code ec, std::exception_ptr ex = {}) {
+        complete(index, detail::op_result{ec, {}, 0, std::move(ex)}, true);
+    }
+
+    // Starts waiting on the descriptor unless it already is.
+    void ensure_reading() {
+        if (reading_) return;
+        reading_ = true;
+        // Asio's reactor watches the descriptor edge-triggered, and a wait takes only the edges
+        // that come after it starts: an event that came while no wait was queued would never wake
+        // it. So look first; what is already there is read now.
+        pollfd pfd{descriptor_.native_handle(), POLLIN, 0};
+        if (::poll(&pfd, 1, 0) > 0) {
+            ::asio::post(ex_, [this, alive = std::weak_ptr<char>(alive_)] {
+                if (alive.expired()) return;
+                reading_ = false;
+                on_readable({});
+            });
+            return;
+        }
+        descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read,
+                               [this, alive = std::weak_ptr<char>(alive_)](std::error_code ec) {
+                                   if (alive.expired()) return;
+                                   reading_ = false;
+                                   if (ec == ::asio::error::operation_aborted) { // nothing was pending
+                                       if (pending_ != 0) ensure_reading();
+                                       return;
+                                   }
+                                   on_readable(ec);
+                               });
+    }
+
+    // Batch waits: the entry of `cq`, or null.
+    struct cq_entry {
+        void* cq;
+        ibv_cq* native;
+        std::size_t (*poll)(void*, std::span<work_completion>);
+        void (*arm)(void*);
+        void (*note)(void*);
+        bool batch;
+        std::uint32_t waiter;
+        std::span<work_completion> out;
+    };
+    [[nodiscard]] cq_entry* find(ibv_cq* native) noexcept {
+        for (auto& e : cqs_)
+            if (e.native == native) return &e;
+        return nullptr;
+    }
+    /// @endcond
+
+private:
+    struct canceller {
+        canceller(completion_dispatcher* dispatcher, std::uint32_t slot, std::uint32_t gen) noexcept
+            : d(dispatcher), index(slot), generation(gen) {}
+        completion_dispatcher* d;
+        std::uint32_t index;
+        std::uint32_t generation;
+        void operator()(::asio::cancellation_type_t type) const {
+            if ((type & ::asio::cancellation_type::terminal) != ::asio::cancellation_type::none)
+                d->abort(index, generation);
+        }
+    };
+
+    static std::uint32_t check_size(std::uint32_t n) {
+        if (n == 0 || n > (1U << 31)) [[unlikely]]
+            rdmacxx::detail::throw_argument("a completion dispatcher holds 1 to 2^31 operations, not " +
+                                            std::to_string(n));
+        return n;
+    }
+
+    template <class C>
+    static std::size_t poll_cq(void* cq, std::span<work_completion> out) {
+        return static_cast<completion_queue<C>*>(cq)->poll(out);
+    }
+    template <class C>
+    static void arm_cq(void* cq) {
+        static_cast<completion_queue<C>*>(cq)->arm();
+    }
+    template <class C>
+    static void note_cq(void* cq) {
+        static_cast<completion_queue<C>*>(cq)->note_event();
+    }
+
+    void release(std::uint32_t index) noexcept {
+        detail::op_slot& s = slots_[index];
+        s.st = detail::op_slot::state::free;
+        if (++s.generation == 0) s.generation = 1; // a tag never has generation 0
+        s.next_free = free_;
+        free_ = index;
+    }
+
+    // Cancellation: the handler gets operation_aborted now (posted); a routed operation's slot
+    // stays taken until its completion is reaped, a batch wait's is freed at once.
+    void abort(std::uint32_t index, std::uint32_t generation) {
+        detail::op_slot& s = slots_[index];
+        if (s.generation != generation || s.st != detail::op_slot::state::pending) return;
+        s.cancel = {}; // the cancellation slot's handler is this one: leave it to its owner
+        detail::op_result const r{::asio::error::operation_aborted, {}, 0};
+        --pending_;
+        if (s.batch) {
+            for (auto& e : cqs_)
+                if (e.waiter == index) e.waiter = npos;
+            s.invoke(s, &r, true);
+            release(index);
+            stop_reading_when_idle();
+            return;
+        }
+        s.st = detail::op_slot::state::abandoned;
+        ++abandoned_;
+        s.invoke(s, &r, true);
+        stop_reading_when_idle();
+    }
+
+    // With nothing pending, the descriptor's wait goes, so that io_context::run can return.
+    void stop_reading_when_idle() {
+        if (pending_ == 0 && reading_) {
+            std::error_code ignored;
+            descriptor_.cancel(ignored);
+        }
+    }
+
+    void on_readable(std::error_code ec) {
+        if (ec) [[unlikely]] {
+            fail_all(ec);
+            return;
+        }
+        try {
+            while (ibv_cq* fired = channel_->get_event()) {
+                cq_entry* e = find(fired);
+                if (e == nullptr) {
+                    ::ibv_ack_cq_events(fired, 1); // another CQ on the shared channel
+                    continue;
+                }
+                e->note(e->cq);
+                if (e->batch)
+                    serve_batch(*e);
+                else
+                    drain(*e);
+            }
+        } catch (rdmacxx::error const& err) {
+            fail_all(err.code());
+            return;
+        }
+        if (pending_ != 0)
+            ensure_reading();
+        else
+            stop_reading_when_idle(); // a handler run inline may have started a wait before the last completed
+    }
+
+    // Poll until empty, arm, poll again: nothing that lands before the arm is missed.
+    void drain(cq_entry& e) {
+        std::array<work_completion, 16> wcs;
+        for (;;) {
+            std::size_t n = 0;
+            while ((n = e.poll(e.cq, std::span{wcs})) != 0)
+                route(std::span{wcs}.first(n));
+            e.arm(e.cq);
+            if ((n = e.poll(e.cq, std::span{wcs})) == 0) return;
+            route(std::span{wcs}.first(n));
+        }
+    }
+
+    void route(std::span<work_completion const> wcs) {
+        for (work_completion const& wc : wcs) {
+            auto const index = static_cast<std::uint32_t>(wc.wr_id() & 0xffffffffU);
+            auto const generation = static_cast<std::uint32_t>(wc.wr_id() >> 32);
+            if (index >= slots_.size() || slots_[index].generation != generation ||
+                slots_[index].st == detail::op_slot::state::free || slots_[index].batch) [[unlikely]] {
+                ++stray_;
+                continue;
+            }
+            if (slots_[index].st == detail::op_slot::state::abandoned) {
+                --abandoned_;
+                ++dropped_;
+                release(index);
+                continue;
+            }
+            complete(index, detail::op_result{wc.error_code(), wc, 0}, false);
+        }
+    }
+
+    // An event of a batch CQ: the waiter (if any) takes what is there, arm-then-poll.
+    void serve_batch(cq_entry& e) {
+        if (e.waiter == npos) return; // left unarmed: the next async_wait polls first
+        std::size_t n = e.poll(e.cq, e.out);
+        if (n == 0) {
+            e.arm(e.cq);
+            n = e.poll(e.cq, e.out);
+        }
+        if (n == 0) return;
+        std::uint32_t const w = std::exchange(e.waiter, npos);
+        complete(w, detail::op_result{{}, {}, n}, false);
+    }
+
+    // The descriptor or the channel failed: every pending operation completes with `ec`.
+    void fail_all(std::error_code ec) {
+        for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+            if (slots_[i].st == detail::op_slot::state::pending) {
+                for (auto& e : cqs_)
+                    if (e.waiter == i) e.waiter = npos;
+                complete(i, detail::op_result{ec, {}, 0}, true);
+            } else if (slots_[i].st == detail::op_slot::state::abandoned) {
+                --abandoned_;
+                release(i);
+            }
+        }
+    }
+
+    executor_type ex_;
+    completion_channel* channel_;
+    ::asio::posix::stream_descriptor descriptor_;
+    std::vector<detail::op_slot> slots_;
+    std::vector<cq_entry> cqs_;
+    std::shared_ptr<char> alive_; // its weak twin in the wait handler tells a dead dispatcher
+    std::uint32_t free_ = 0;
+    std::size_t pending_ = 0;
+    std::size_t abandoned_ = 0;
+    std::uint64_t dropped_ = 0;
+    std::uint64_t stray_ = 0;
+    bool reading_ = false;
+};
+
+} // namespace asio
+} // namespace v0
+} // namespace rdmacxx

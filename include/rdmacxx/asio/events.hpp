@@ -1,0 +1,99 @@
+#pragma once
+/// @file
+/// The Asio adapter's device async events: `async_event_stream` wraps a context's async event
+/// descriptor in an `asio::posix::stream_descriptor`, and `async_wait` on it completes with the
+/// next `async_event` (port state changes, CQ overflow, a QP's fatal error, SRQ limit, …).
+
+#include "rdmacxx/async.hpp"
+#include "rdmacxx/context.hpp"
+#include "rdmacxx/error.hpp"
+
+#include <asio/any_io_executor.hpp>
+#include <asio/compose.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <unistd.h>
+
+#include <optional>
+#include <system_error>
+#include <utility>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace asio {
+
+/// A context's async event queue on an Asio executor: a duplicate of the async event
+/// descriptor (non-blocking) in an `asio::posix::stream_descriptor`. Wait with
+/// `async_wait(stream, token)`. Move-only; the context must outlive it.
+/// Thread-safety: one `async_wait` at a time, on its executor.
+/// @see ibv_get_async_event(3)
+class async_event_stream {
+public:
+    /// The executor its descriptor runs on.
+    using executor_type = ::asio::any_io_executor;
+
+    /// Reads `ctx`'s async events on `ex`.
+    /// @throws sys_error when fcntl(2) or dup(2) fails.
+    async_event_stream(executor_type const& ex, context& ctx) : queue_(ctx), descriptor_(ex) {
+        int const fd = ::dup(queue_.fd());
+        if (fd < 0) [[unlikely]]
+            rdmacxx::detail::throw_errno("dup", "for the async event stream's descriptor");
+        descriptor_.assign(fd);
+    }
+
+    /// The queue the events are read from.
+    [[nodiscard]] async_event_queue& queue() noexcept { return queue_; }
+    /// The descriptor (a duplicate of the context's async event fd).
+    [[nodiscard]] ::asio::posix::stream_descriptor& descriptor() noexcept { return descriptor_; }
+    /// The executor.
+    [[nodiscard]] executor_type get_executor() noexcept { return descriptor_.get_executor(); }
+
+private:
+    async_event_queue queue_;
+    ::asio::posix::stream_descriptor descriptor_;
+};
+
+/// Waits for the next async event of `s`'s context and completes with
+/// `(std::error_code, std::optional<async_event>)`: the event (engaged; acknowledge it by letting
+/// it go, before destroying the object it names), or an error code and nothing — the errno of a
+/// failed ibv_get_async_event(3), or `asio::error::operation_aborted` when the wait is cancelled
+/// (cancellation slots, `descriptor().cancel()`). An event already waiting is taken at once (the
+/// handler is posted). Bound it with a timer (`asio::steady_timer`, `||`) where it must not wait
+/// for ever.
+/// Thread-safety: one wait at a time per stream, on its executor.
+/// @see ibv_get_async_event(3), ibv_ack_async_event(3)
+template <class Token>
+auto async_wait(async_event_stream& s, Token&& token) {
+    return ::asio::async_compose<Token, void(std::error_code, std::optional<async_event>)>(
+        [&s, started = false](auto& self, std::error_code ec = {}) mutable {
+            if (ec) {
+                self.complete(ec, std::nullopt);
+                return;
+            }
+            std::optional<async_event> e;
+            try {
+                e = s.queue().try_get();
+            } catch (rdmacxx::error const& x) {
+                e.reset();
+                ec = x.code();
+            }
+            if (e || ec) {
+                if (!started) { // not from inside the initiating function
+                    started = true;
+                    ::asio::post(s.get_executor(), [self = std::move(self), ev = std::move(e), ec]() mutable {
+                        self.complete(ec, std::move(ev));
+                    });
+                    return;
+                }
+                self.complete(ec, std::move(e));
+                return;
+            }
+            started = true;
+            s.descriptor().async_wait(::asio::posix::stream_descriptor::wait_read, std::move(self));
+        },
+        token, s.descriptor());
+}
+
+} // namespace asio
+} // namespace v0
+} // namespace rdmacxx

@@ -1,0 +1,214 @@
+#pragma once
+/// @file
+/// The Asio adapter's data-path operations on a `completion_dispatcher`: `async_post` (one typed
+/// send-queue request, or a `chain` of them), `async_recv` (on a QP or an SRQ) and `async_wait`
+/// (a batch of completions of a CQ). Each takes any Asio completion token.
+
+#include "rdmacxx/asio/dispatcher.hpp"
+#include "rdmacxx/qp.hpp"
+#include "rdmacxx/srq.hpp"
+#include "rdmacxx/wr.hpp"
+
+#include <asio/async_result.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace asio {
+
+/// Send-queue requests posted together by `async_post` as one chain, one doorbell: the
+/// operation completes with the completion of the last one, which is signaled; the others are
+/// posted unsignaled (a failure of one of them completes the operation with its error).
+/// `chain{rx::write{a, pa}, rx::write{b, pb}, rx::send{c}}`.
+template <class... Wrs>
+struct chain {
+    static_assert(sizeof...(Wrs) > 0, "a chain holds at least one work request");
+    /// The requests, in posting order.
+    std::tuple<Wrs...> wrs;
+    /// Holds copies of `w`.
+    explicit chain(Wrs const&... w) : wrs(w...) {}
+};
+
+namespace detail {
+template <class T>
+struct is_use_awaitable : std::false_type {};
+#if defined(ASIO_HAS_CO_AWAIT) // Asio 1.22 sees coroutines under g++; under clang define it (docs/asio.md)
+template <class Executor>
+struct is_use_awaitable<::asio::use_awaitable_t<Executor>> : std::true_type {};
+#endif
+
+/// True when the token is `asio::use_awaitable`: the operation's first argument is then an
+/// `std::exception_ptr` with the library's exception, which `co_await` throws.
+template <class Token>
+inline constexpr bool throws_v = is_use_awaitable<std::decay_t<Token>>::value;
+
+template <bool Exceptions, class T>
+using signature_t = std::conditional_t<Exceptions, void(std::exception_ptr, T), void(std::error_code, T)>;
+
+// Posts copies of `wrs` tagged `tag`, the last signaled and the others not.
+template <class QP, class... Wrs, std::size_t... I>
+void post_tagged(QP& qp, std::uint64_t tag, std::tuple<Wrs...> const& wrs, std::index_sequence<I...>) {
+    constexpr std::size_t last = sizeof...(Wrs) - 1;
+    std::tuple<Wrs...> copy = wrs;
+    ((void)std::get<I>(copy).id(tag).signaled(I == last), ...);
+    qp.post(std::get<I>(copy)...);
+}
+
+// Takes a slot for `handler` and runs `post(tag)`; a refused post completes the operation with
+// the refusal (argument_error or wr_error, nothing of it in flight); no free slot completes it
+// with ENOBUFS. `post` throws rdmacxx::error only.
+template <class Completer, class Handler, class Post>
+void start(completion_dispatcher& d, Handler& handler, Post&& post) {
+    std::uint32_t const i = d.acquire<Completer>(handler, false);
+    if (i == completion_dispatcher::npos) [[unlikely]] {
+        op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
+        ::asio::post(d.get_executor(), Completer::bind(std::move(handler), r));
+        return;
+    }
+    try {
+        post(d.tag(i));
+    } catch (rdmacxx::error const& e) {
+        d.fail(i, e.code(), std::current_exception());
+        return;
+    }
+    d.ensure_reading();
+}
+} // namespace detail
+
+/// Posts `c`'s requests to `qp`'s send queue as one chain and completes when the last one's
+/// completion is reaped by `d`: with `(std::error_code, work_completion)` — the code in
+/// `wc_category()` when the completion failed (e.g. `IBV_WC_REM_ACCESS_ERR` for a bad rkey),
+/// `asio::error::operation_aborted` when cancelled (see `completion_dispatcher`), the errno
+/// of a refused post (EINVAL for bad input, nothing posted) or ENOBUFS when the dispatcher has
+/// no free slot — or, for `asio::use_awaitable`, with `(std::exception_ptr, work_completion)`:
+/// `co_await` throws `wc_error` for a failed completion, `argument_error` / `wr_error` for a
+/// refused post, `rdmacxx::error` for the rest. The requests' `wr_id`s and signaled flags are
+/// replaced (the `wr_id` names the operation's slot). The memory they use must stay registered
+/// and untouched until the operation completes — after a cancellation, until the dispatcher has
+/// reaped the completion (`completion_dispatcher::abandoned()`).
+/// Requests the transport does not allow do not compile. `qp`'s send CQ must be added to `d`.
+/// Thread-safety: on `d`'s executor only.
+/// @see ibv_post_send(3)
+template <transport Transport, completion_strategy Completion, post_policy Post, class... Wrs, class Token>
+    requires(postable_on<Wrs, Transport>&&...)
+auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, chain<Wrs...> const& c,
+                Token&& token) {
+    constexpr bool ex = detail::throws_v<Token>;
+    using completer = detail::completer<ex, false>;
+    return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
+        [&d, &qp](auto handler, chain<Wrs...> const& wrs) {
+            detail::start<completer>(d, handler, [&](std::uint64_t tag) {
+                detail::post_tagged(qp, tag, wrs.wrs, std::index_sequence_for<Wrs...>{});
+            });
+        },
+        token, c);
+}
+
+/// Posts one send-queue request `wr` (send, send_imm, write, write_imm, read, compare_swap,
+/// fetch_add, as the transport allows) and completes with its completion; see
+/// `async_post(d, qp, chain, token)`.
+/// @see ibv_post_send(3)
+template <transport Transport, completion_strategy Completion, post_policy Post, class Wr, class Token>
+    requires postable_on<Wr, Transport>
+auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Wr const& wr, Token&& token) {
+    return async_post(d, qp, chain<Wr>{wr}, std::forward<Token>(token));
+}
+
+/// Posts receive `r` to `qp`'s receive queue and completes with its completion (`byte_len()`,
+/// `imm_data()`, …), errors as `async_post`'s (a QP moved to ERR, e.g. by a peer's disconnect,
+/// completes it with `IBV_WC_WR_FLUSH_ERR`). `qp`'s receive CQ must be added to `d`.
+/// Thread-safety: on `d`'s executor only.
+/// @see ibv_post_recv(3)
+template <transport Transport, completion_strategy Completion, post_policy Post, recv_work_request Recv, class Token>
+auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Recv const& r, Token&& token) {
+    constexpr bool ex = detail::throws_v<Token>;
+    using completer = detail::completer<ex, false>;
+    return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
+        [&d, &qp](auto handler, Recv const& wr) {
+            detail::start<completer>(d, handler, [&](std::uint64_t tag) {
+                Recv copy = wr;
+                qp.post_recv(copy.id(tag));
+            });
+        },
+        token, r);
+}
+
+/// Posts receive `r` to `srq` and completes with the completion of the message that lands in
+/// it, from whichever QP (`qp_num()` says which). Receives in an SRQ are not flushed when a QP
+/// goes: they wait for the next message. The CQ of the QPs on `srq` must be added to `d`.
+/// Thread-safety: on `d`'s executor only.
+/// @see ibv_post_srq_recv(3)
+template <recv_work_request Recv, class Token>
+auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const& r, Token&& token) {
+    constexpr bool ex = detail::throws_v<Token>;
+    using completer = detail::completer<ex, false>;
+    return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
+        [&d, &srq](auto handler, Recv const& wr) {
+            detail::start<completer>(d, handler, [&](std::uint64_t tag) {
+                Recv copy = wr;
+                srq.post_recv(copy.id(tag));
+            });
+        },
+        token, r);
+}
+
+/// Waits for completions of `cq` (added to `d` as `cq_mode::batch`) and completes with how
+/// many it took into `out` (1 … `out.size()`): `(std::error_code, std::size_t)`, or for
+/// `asio::use_awaitable` `(std::exception_ptr, std::size_t)`. Completions already there are
+/// taken at once (the handler is posted); otherwise the CQ is armed, polled once more, and the
+/// wait parks until the channel says the CQ has more. Cancellation completes it with
+/// `operation_aborted` and takes nothing. `out` must stay valid until it completes.
+/// @throws argument_error when `cq` is not a batch CQ of `d` or already has a wait pending
+///         (nothing started); sys_error when polling or arming fails.
+/// Thread-safety: on `d`'s executor only.
+/// @see ibv_poll_cq(3), ibv_req_notify_cq(3)
+template <class Completion, class Token>
+auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std::span<work_completion> out,
+                Token&& token) {
+    auto* e = d.find(cq.native_handle());
+    if (e == nullptr || !e->batch) [[unlikely]]
+        rdmacxx::detail::throw_argument(
+            "async_wait: the CQ is not a batch CQ of this dispatcher (add(cq, cq_mode::batch))");
+    if (out.empty()) [[unlikely]]
+        rdmacxx::detail::throw_argument("async_wait: the output span is empty");
+    constexpr bool ex = detail::throws_v<Token>;
+    using completer = detail::completer<ex, true>;
+    return ::asio::async_initiate<Token, detail::signature_t<ex, std::size_t>>(
+        [&d, &cq, out](auto handler) {
+            auto* entry = d.find(cq.native_handle());
+            if (entry == nullptr || entry->waiter != completion_dispatcher::npos) [[unlikely]]
+                rdmacxx::detail::throw_argument("async_wait: the CQ already has a wait pending");
+            std::size_t n = cq.poll(out);
+            if (n == 0) {
+                cq.arm();
+                n = cq.poll(out);
+            }
+            if (n != 0) {
+                ::asio::post(d.get_executor(), completer::bind(std::move(handler), detail::op_result{{}, {}, n, {}}));
+                return;
+            }
+            std::uint32_t const i = d.acquire<completer>(handler, true);
+            if (i == completion_dispatcher::npos) [[unlikely]] {
+                detail::op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
+                ::asio::post(d.get_executor(), completer::bind(std::move(handler), r));
+                return;
+            }
+            entry->waiter = i;
+            entry->out = out;
+            d.ensure_reading();
+        },
+        token);
+}
+
+} // namespace asio
+} // namespace v0
+} // namespace rdmacxx

@@ -1,0 +1,573 @@
+// The Asio adapter on a real device: every completion token (callback, use_future, deferred,
+// use_awaitable) for posting, receiving and the CM flows; a thousand operations in flight across
+// eight coroutines; cancellation; error completions as error codes and as exceptions; a peer's
+// disconnect waking every pending operation. Every wait is bounded (run_for, wait_for, timers).
+// Built only when Meson finds standalone Asio (its own executable, asio_tests).
+#include "rdmacxx/asio.hpp"
+
+#include "fixture.hpp"
+
+#include "rdmacxx/checked.hpp"
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/deferred.hpp>
+#include <asio/io_context.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <future>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace rx = rdmacxx;
+namespace rxa = rdmacxx::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Two RC QPs on one device, connected, their CQs on one channel served by one dispatcher.
+template <class Completion = rx::event_driven>
+struct asio_pair {
+    explicit asio_pair(std::uint32_t depth = 128)
+        : ctx(test::open_test_device()), port(ctx), pd(ctx), channel(ctx), cq_a(ctx, 4096, channel),
+          cq_b(ctx, 4096, channel), a(pd, cq_a, cq_a, {.max_send_wr = depth, .max_recv_wr = depth}),
+          b(pd, cq_b, cq_b, {.max_send_wr = depth, .max_recv_wr = depth}),
+          d(io.get_executor(), channel, {.max_operations = 4096}) {
+        a.connect(port, b.local_endpoint(port), {.remote_access = rx::all_remote});
+        b.connect(port, a.local_endpoint(port), {.remote_access = rx::all_remote});
+        d.add(cq_a);
+        d.add(cq_b);
+    }
+    rx::context ctx;
+    rx::end_port port;
+    rx::protection_domain pd;
+    rx::completion_channel channel;
+    rx::completion_queue<Completion> cq_a, cq_b;
+    rx::queue_pair<rx::rc, Completion> a, b;
+    ::asio::io_context io;
+    rxa::completion_dispatcher d;
+};
+
+// Runs `io` until it has no more work, at most `bound`; fails when the bound ran out.
+void run_bounded(::asio::io_context& io, std::chrono::seconds bound = 20s) {
+    auto const start = std::chrono::steady_clock::now();
+    io.run_for(bound);
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() - start < bound,
+                    "the io_context still had work after " << bound.count() << " s");
+    io.restart();
+}
+
+// Spawns `coro` on `io`, keeping what it throws.
+template <class Awaitable>
+void spawn(::asio::io_context& io, Awaitable coro, std::exception_ptr& failure) {
+    ::asio::co_spawn(io, std::move(coro), [&failure](std::exception_ptr e) {
+        if (e) failure = e;
+    });
+}
+
+} // namespace
+
+TEST_CASE("asio: callbacks complete a send and its receive with their own work completions") {
+    asio_pair<> p;
+    test::buffer out(p.pd, 256), in(p.pd, 256);
+    test::fill_pattern(out.bytes_, 3);
+    std::optional<rx::work_completion> got_recv, got_send;
+    std::error_code recv_ec{1, std::generic_category()}, send_ec{1, std::generic_category()};
+    rxa::async_recv(p.d, p.b, rx::recv{in.span()}, [&](std::error_code ec, rx::work_completion wc) {
+        recv_ec = ec;
+        got_recv = wc;
+    });
+    rxa::async_post(p.d, p.a, rx::send_imm{out.span().first(200), 77}, [&](std::error_code ec, rx::work_completion wc) {
+        send_ec = ec;
+        got_send = wc;
+    });
+    CHECK(p.d.in_flight() == 2);
+    run_bounded(p.io);
+    REQUIRE(got_recv);
+    REQUIRE(got_send);
+    CHECK_FALSE(recv_ec);
+    CHECK_FALSE(send_ec);
+    CHECK(got_recv->is_recv());
+    CHECK(got_recv->byte_len() == 200);
+    CHECK(got_recv->imm_data() == 77);
+    CHECK(got_send->opcode() == IBV_WC_SEND);
+    CHECK(std::memcmp(in.bytes_.data(), out.bytes_.data(), 200) == 0);
+    CHECK(p.d.in_flight() == 0);
+    CHECK(p.d.stray() == 0);
+}
+
+TEST_CASE("asio: use_future and deferred complete RDMA WRITE, READ, atomics and a chain") {
+    asio_pair<> p;
+    test::buffer local(p.pd, 4096), remote(p.pd, 4096);
+    test::fill_pattern(local.bytes_, 5);
+    auto const target = remote.mr.remote();
+
+    SUBCASE("use_future") {
+        auto w = rxa::async_post(p.d, p.a, rx::write{local.span().first(512), target.first(512)}, ::asio::use_future);
+        auto r =
+            rxa::async_post(p.d, p.a, rx::read{local.span().subspan(1024, 512), target.first(512)}, ::asio::use_future);
+        auto f = rxa::async_post(
+            p.d, p.a,
+            rx::fetch_add{local.mr.span<std::uint64_t>(256, 1), remote.mr.remote<std::uint64_t>().subspan(100, 1), 5},
+            ::asio::use_future);
+        std::thread runner{[&] { p.io.run_for(20s); }};
+        REQUIRE(w.wait_for(20s) == std::future_status::ready);
+        REQUIRE(r.wait_for(20s) == std::future_status::ready);
+        REQUIRE(f.wait_for(20s) == std::future_status::ready);
+        runner.join();
+        CHECK(w.get().opcode() == IBV_WC_RDMA_WRITE);
+        CHECK(r.get().opcode() == IBV_WC_RDMA_READ);
+        CHECK(f.get().opcode() == IBV_WC_FETCH_ADD);
+        CHECK(std::memcmp(remote.bytes_.data(), local.bytes_.data(), 512) == 0);
+        CHECK(std::memcmp(local.bytes_.data() + 1024, local.bytes_.data(), 512) == 0);
+    }
+    SUBCASE("deferred, and a chain that completes with its last request") {
+        auto op = rxa::async_post(p.d, p.a,
+                                  rxa::chain{rx::write{local.span().first(100), target.first(100)},
+                                             rx::write{local.span().subspan(100, 100), target.subspan(100, 100)},
+                                             rx::write_imm{local.span().subspan(200, 56), target.subspan(200, 56), 9}},
+                                  ::asio::experimental::deferred);
+        std::optional<rx::work_completion> sent, arrived;
+        rxa::async_recv(p.d, p.b, rx::recv{remote.span().subspan(3000, 16)},
+                        [&](std::error_code ec, rx::work_completion wc) {
+                            CHECK_FALSE(ec);
+                            arrived = wc;
+                        });
+        CHECK(p.d.in_flight() == 1); // deferred: nothing posted before it is launched
+        std::move(op)([&](std::error_code ec, rx::work_completion wc) {
+            CHECK_FALSE(ec);
+            sent = wc;
+        });
+        run_bounded(p.io);
+        REQUIRE(sent);
+        REQUIRE(arrived);
+        CHECK(sent->opcode() == IBV_WC_RDMA_WRITE);
+        CHECK(arrived->imm_data() == 9);
+        CHECK(std::memcmp(remote.bytes_.data(), local.bytes_.data(), 256) == 0);
+        CHECK(p.d.stray() == 0); // the unsignaled requests of the chain left no completion
+    }
+}
+
+TEST_CASE("asio: co_await send and receive, and 1000 operations in flight across 8 coroutines all matched") {
+    asio_pair<> p{1024};
+    constexpr std::uint32_t coroutines = 8, per = 125, bytes = 64;
+    test::buffer out(p.pd, coroutines * per * bytes), in(p.pd, coroutines * per * bytes);
+    for (std::uint32_t k = 0; k < coroutines * per; ++k)
+        test::fill_pattern(std::span{out.bytes_}.subspan(k * bytes, bytes), k);
+
+    std::vector<int> recv_done(coroutines * per, 0), send_done(coroutines * per, 0);
+    std::vector<std::uint32_t> imm_of(coroutines * per, ~0U);
+    std::size_t peak = 0;
+    std::uint32_t posted_recvs = 0;
+    std::exception_ptr failure;
+    ::asio::steady_timer all_posted{p.io, std::chrono::steady_clock::time_point::max()};
+    auto worker = [&](std::uint32_t c) -> ::asio::awaitable<void> {
+        // This coroutine's 125 receives, each completing into its own slot.
+        for (std::uint32_t i = 0; i < per; ++i) {
+            std::uint32_t const slot = c * per + i;
+            rxa::async_recv(p.d, p.b, rx::recv{in.span().subspan(slot * bytes, bytes)},
+                            [&, slot](std::error_code ec, rx::work_completion wc) {
+                                CHECK_FALSE(ec);
+                                ++recv_done[slot];
+                                imm_of[slot] = wc.imm_data();
+                            });
+        }
+        if ((posted_recvs += per) == coroutines * per) {
+            peak = p.d.in_flight();
+            all_posted.cancel();
+        } else {
+            std::error_code ignored;
+            co_await all_posted.async_wait(::asio::redirect_error(::asio::use_awaitable, ignored));
+        }
+        // Then its 125 messages, each co_awaited: eight senders interleave.
+        for (std::uint32_t i = 0; i < per; ++i) {
+            std::uint32_t const k = c * per + i;
+            rx::work_completion wc = co_await rxa::async_post(
+                p.d, p.a, rx::send_imm{out.span().subspan(k * bytes, bytes), k}, ::asio::use_awaitable);
+            CHECK(wc.ok());
+            ++send_done[k];
+        }
+    };
+    for (std::uint32_t c = 0; c < coroutines; ++c)
+        spawn(p.io, worker(c), failure);
+    p.io.run_for(60s);
+    MESSAGE("receives done " << std::count(recv_done.begin(), recv_done.end(), 1) << ", sends done "
+                             << std::count(send_done.begin(), send_done.end(), 1) << ", in flight " << p.d.in_flight()
+                             << ", peak " << peak);
+    REQUIRE_MESSAGE(p.io.stopped(), "the io_context still had work after 60 s");
+    if (failure) std::rethrow_exception(failure);
+    CHECK(peak >= 1000);
+    std::set<std::uint32_t> imms;
+    for (std::uint32_t s = 0; s < coroutines * per; ++s) {
+        CHECK(recv_done[s] == 1);
+        CHECK(send_done[s] == 1);
+        imms.insert(imm_of[s]);
+        // The completion handed to this operation is the one of the message in its buffer.
+        REQUIRE(imm_of[s] < coroutines * per);
+        CHECK(std::memcmp(in.bytes_.data() + s * bytes, out.bytes_.data() + imm_of[s] * bytes, bytes) == 0);
+    }
+    CHECK(imms.size() == coroutines * per);
+    CHECK(p.d.in_flight() == 0);
+    CHECK(p.d.stray() == 0);
+}
+
+TEST_CASE("asio: async_wait hands out a batch of completions of a batch CQ") {
+    rx::context ctx = test::open_test_device();
+    rx::end_port const port{ctx};
+    rx::protection_domain pd{ctx};
+    rx::completion_channel channel{ctx};
+    rx::completion_queue<rx::event_driven> cq_a{ctx, 256, channel}, cq_b{ctx, 256, channel};
+    rx::queue_pair<rx::rc, rx::event_driven> a{pd, cq_a, cq_a, {}}, b{pd, cq_b, cq_b, {}};
+    a.connect(port, b.local_endpoint(port));
+    b.connect(port, a.local_endpoint(port));
+    ::asio::io_context io;
+    rxa::completion_dispatcher d{io.get_executor(), channel};
+    d.add(cq_a, rxa::cq_mode::batch);
+    d.add(cq_b, rxa::cq_mode::batch);
+    test::buffer buf(pd, 4096);
+    std::array<rx::work_completion, 8> wcs;
+    std::size_t taken = 0;
+    std::exception_ptr failure;
+    spawn(
+        io,
+        [&]() -> ::asio::awaitable<void> {
+            b.post_recv(rx::recv{buf.span().first(64)}.id(1), rx::recv{buf.span().subspan(64, 64)}.id(2));
+            // Nothing there yet: the wait parks, armed, until the channel fires.
+            auto pending = rxa::async_wait(d, cq_b, std::span{wcs}, ::asio::use_awaitable);
+            a.post(rx::send{buf.span().subspan(1024, 32)}.id(10), rx::send{buf.span().subspan(1024, 32)}.id(11));
+            while (taken < 2) {
+                std::size_t const n = co_await std::move(pending);
+                for (std::size_t i = 0; i < n; ++i)
+                    CHECK(wcs[i].wr_id() == 1 + taken + i);
+                taken += n;
+                if (taken < 2) pending = rxa::async_wait(d, cq_b, std::span{wcs}, ::asio::use_awaitable);
+            }
+            std::size_t sends = 0;
+            while (sends < 2)
+                sends += co_await rxa::async_wait(d, cq_a, std::span{wcs}.first(1), ::asio::use_awaitable);
+        },
+        failure);
+    run_bounded(io);
+    if (failure) std::rethrow_exception(failure);
+    CHECK(taken == 2);
+    CHECK_THROWS_AS((void)rxa::async_wait(d, cq_b, std::span<rx::work_completion>{}, ::asio::use_future),
+                    rx::argument_error);
+}
+
+TEST_CASE("asio: cancelling an operation aborts its handler at once, and its completion is reaped later") {
+    asio_pair<> p;
+    test::buffer out(p.pd, 256), in(p.pd, 256);
+    test::fill_pattern(out.bytes_, 11);
+
+    SUBCASE("a callback with a cancellation slot") {
+        ::asio::cancellation_signal signal;
+        std::error_code got;
+        int calls = 0;
+        rxa::async_recv(p.d, p.b, rx::recv{in.span().first(128)},
+                        ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
+                            got = ec;
+                            ++calls;
+                        }));
+        signal.emit(::asio::cancellation_type::terminal);
+        run_bounded(p.io); // the abort is posted; the receive is still on the device
+        CHECK(calls == 1);
+        CHECK(got == ::asio::error::operation_aborted);
+        CHECK(p.d.abandoned() == 1);
+        CHECK(p.d.in_flight() == 1);
+        // The message still lands in the cancelled receive's buffer: its memory was the device's.
+        bool sent = false;
+        rxa::async_post(p.d, p.a, rx::send{out.span().first(128)}, [&](std::error_code ec, rx::work_completion) {
+            CHECK_FALSE(ec);
+            sent = true;
+        });
+        run_bounded(p.io);
+        CHECK(sent);
+        CHECK(calls == 1); // reaped and dropped, not delivered
+        CHECK(p.d.abandoned() == 0);
+        CHECK(p.d.dropped() == 1);
+        CHECK(p.d.in_flight() == 0);
+        CHECK(std::memcmp(in.bytes_.data(), out.bytes_.data(), 128) == 0);
+    }
+    SUBCASE("a coroutine cancelled while it awaits") {
+        ::asio::cancellation_signal signal;
+        std::exception_ptr ended;
+        bool finished = false;
+        ::asio::co_spawn(
+            p.io,
+            [&]() -> ::asio::awaitable<void> {
+                (void)co_await rxa::async_recv(p.d, p.b, rx::recv{in.span().first(128)}, ::asio::use_awaitable);
+            },
+            ::asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e) {
+                ended = e;
+                finished = true;
+            }));
+        ::asio::post(p.io, [&] { signal.emit(::asio::cancellation_type::terminal); });
+        run_bounded(p.io);
+        REQUIRE(finished);
+        REQUIRE(ended);
+        try {
+            std::rethrow_exception(ended);
+        } catch (rx::error const& e) {
+            CHECK(e.code() == ::asio::error::operation_aborted);
+        }
+        CHECK(p.d.abandoned() == 1);
+    }
+}
+
+TEST_CASE("asio: a cancelled operation's memory stays in flight for a checked QP until its completion is reaped") {
+    asio_pair<rx::checked<rx::event_driven>> p;
+    test::buffer out(p.pd, 256), in(p.pd, 256);
+    ::asio::cancellation_signal signal;
+    int calls = 0;
+    rxa::async_recv(p.d, p.b, rx::recv{in.span()},
+                    ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
+                        CHECK(ec == ::asio::error::operation_aborted);
+                        ++calls;
+                    }));
+    signal.emit(::asio::cancellation_type::terminal);
+    run_bounded(p.io);
+    REQUIRE(calls == 1);
+    CHECK(in.mr.in_flight() == 1);
+    CHECK_THROWS_AS(in.mr.deregister(), rx::in_flight_error);
+    rxa::async_post(p.d, p.a, rx::send{out.span().first(64)},
+                    [](std::error_code ec, rx::work_completion) { CHECK_FALSE(ec); });
+    run_bounded(p.io);
+    CHECK(p.d.dropped() == 1);
+    CHECK(in.mr.in_flight() == 0);
+}
+
+TEST_CASE("asio: a bad rkey fails the operation as an error code and, awaited, as wc_error") {
+    asio_pair<> p;
+    test::buffer local(p.pd, 256), remote(p.pd, 256);
+    rx::remote_span<std::byte> const bad{remote.mr.remote().address(), 64, remote.mr.rkey() ^ 0x5a5a00U};
+
+    SUBCASE("error_code") {
+        std::error_code got;
+        rx::work_completion seen{};
+        rxa::async_post(p.d, p.a, rx::write{local.span().first(64), bad},
+                        [&](std::error_code ec, rx::work_completion wc) {
+                            got = ec;
+                            seen = wc;
+                        });
+        run_bounded(p.io);
+        CHECK(got.category() == rx::wc_category());
+        CHECK(got == rx::make_wc_error_code(IBV_WC_REM_ACCESS_ERR));
+        CHECK(seen.status() == IBV_WC_REM_ACCESS_ERR);
+    }
+    SUBCASE("exception") {
+        std::exception_ptr failure;
+        bool caught = false;
+        spawn(
+            p.io,
+            [&]() -> ::asio::awaitable<void> {
+                try {
+                    (void)co_await rxa::async_post(p.d, p.a, rx::read{local.span().first(64), bad},
+                                                   ::asio::use_awaitable);
+                } catch (rx::wc_error const& e) {
+                    caught = true;
+                    CHECK(e.status() == IBV_WC_REM_ACCESS_ERR);
+                    CHECK(e.code() == rx::make_wc_error_code(IBV_WC_REM_ACCESS_ERR));
+                }
+            },
+            failure);
+        run_bounded(p.io);
+        if (failure) std::rethrow_exception(failure);
+        CHECK(caught);
+    }
+}
+
+TEST_CASE("asio: bad input is refused before it reaches the device, and nothing is left in flight") {
+    asio_pair<> p;
+    test::buffer local(p.pd, 4096);
+    std::error_code got;
+    // Inline data over max_inline_data: argument_error's code, nothing posted.
+    auto const too_long = local.span().first(p.a.capabilities().max_inline_data + 1);
+    rxa::async_post(p.d, p.a, rx::send{too_long}.inlined(), [&](std::error_code ec, rx::work_completion) { got = ec; });
+    run_bounded(p.io);
+    CHECK(got == std::errc::invalid_argument);
+    CHECK(p.d.in_flight() == 0);
+    std::exception_ptr failure;
+    bool caught = false;
+    spawn(
+        p.io,
+        [&]() -> ::asio::awaitable<void> {
+            try {
+                (void)co_await rxa::async_post(p.d, p.a, rx::send{too_long}.inlined(), ::asio::use_awaitable);
+            } catch (rx::argument_error const&) {
+                caught = true;
+            }
+        },
+        failure);
+    run_bounded(p.io);
+    CHECK(caught);
+}
+
+TEST_CASE("asio: device async events arrive through async_wait") {
+    rx::context ctx = test::open_test_device();
+    rx::end_port const port{ctx};
+    rx::protection_domain pd{ctx};
+    rx::completion_queue<rx::busy_poll> cq_a{ctx, 64}, cq_b{ctx, 1};
+    rx::queue_pair<rx::rc, rx::busy_poll> a{pd, cq_a, cq_a, {}}, b{pd, cq_b, cq_b, {}};
+    a.connect(port, b.local_endpoint(port));
+    b.connect(port, a.local_endpoint(port));
+    ::asio::io_context io;
+    rxa::async_event_stream events{io.get_executor(), ctx};
+    std::optional<rx::async_event> got;
+    std::error_code got_ec;
+    ::asio::steady_timer bound{io, 10s};
+    rxa::async_wait(events, [&](std::error_code ec, std::optional<rx::async_event> e) {
+        got_ec = ec;
+        got = std::move(e);
+        bound.cancel();
+    });
+    bound.async_wait([&](std::error_code ec) {
+        if (!ec) events.descriptor().cancel();
+    });
+    // Overflow cq_b (one entry): a CQ error event.
+    test::buffer buf(pd, 4096);
+    for (int i = 0; i < 8; ++i)
+        b.post_recv(rx::recv{buf.span().subspan(static_cast<std::size_t>(i) * 64, 64)});
+    for (int i = 0; i < 8; ++i)
+        a.post(rx::send{buf.span().subspan(2048, 16)}.unsignaled());
+    run_bounded(io);
+    CHECK_FALSE(got_ec);
+    REQUIRE(got);
+    CHECK(got->type() == IBV_EVENT_CQ_ERR);
+    CHECK(got->cq() == cq_b.native_handle());
+    got.reset();
+    // Let the rest of the events go before the CQ does.
+    rx::async_event_queue q{ctx};
+    std::deque<rx::async_event> rest;
+    (void)q.drain(rest, 1s);
+}
+
+TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's disconnect fails every pending receive") {
+    ::asio::io_context io;
+    auto const ex = io.get_executor();
+    rx::cm::listener<rx::rc> listener{test::device_address(0)};
+    auto const to = rx::cm::address::resolve(test::device_ip(), listener.port());
+    rx::cm::connection_options opt;
+    opt.event_timeout = 10s;
+    using conn = rx::cm::connection<rx::rc, rx::event_driven>;
+
+    SUBCASE("callback accept, future connect, deferred and awaited disconnect") {
+        std::optional<conn> server, client;
+        rxa::async_accept<rx::event_driven>(ex, listener, opt, [&](std::exception_ptr e, std::optional<conn> c) {
+            CHECK_FALSE(e);
+            if (c) server.emplace(std::move(*c));
+        });
+        auto f = rxa::async_connect<rx::rc, rx::event_driven>(ex, to, opt, ::asio::use_future);
+        std::thread runner{[&] { io.run_for(30s); }};
+        REQUIRE(f.wait_for(30s) == std::future_status::ready);
+        if (auto c = f.get()) client.emplace(std::move(*c));
+        runner.join();
+        io.restart();
+        REQUIRE(server);
+        REQUIRE(client);
+        CHECK(client->state() == rx::cm::connection_state::established);
+
+        // Four receives pending on the server; the client disconnects: every one fails, flushed.
+        rxa::completion_dispatcher d{ex, *server->cq_channel()};
+        d.add(server->cq());
+        test::buffer buf(server->pd(), 4096);
+        std::vector<std::error_code> codes;
+        for (std::size_t i = 0; i < 4; ++i)
+            rxa::async_recv(d, server->qp(), rx::recv{buf.span().subspan(i * 64, 64)},
+                            [&](std::error_code ec, rx::work_completion) { codes.push_back(ec); });
+        bool disconnected = false;
+        auto op =
+            rxa::async_disconnect(ex, *client, opt.timeout(rx::cm::step::disconnect), ::asio::experimental::deferred);
+        auto const start = std::chrono::steady_clock::now();
+        std::move(op)([&](std::exception_ptr e) {
+            CHECK_FALSE(e);
+            disconnected = true;
+        });
+        run_bounded(io);
+        CHECK(disconnected);
+        REQUIRE(codes.size() == 4);
+        for (auto const& ec : codes)
+            CHECK(ec == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
+        // Bound: the disconnect timeout (the monitor moves the QP to ERR on the DREQ).
+        CHECK(std::chrono::steady_clock::now() - start < opt.timeout(rx::cm::step::disconnect));
+        CHECK(server->wait_disconnected(5s));
+    }
+    SUBCASE("awaitable connect and accept on shared resources; a timed-out accept") {
+        rx::protection_domain pd{listener.cm_id().context()};
+        rx::completion_channel channel{listener.cm_id().context()};
+        rx::completion_queue<rx::event_driven> cq{listener.cm_id().context(), 256, channel};
+        rx::cm::resources<rx::event_driven> const shared{.pd = pd, .send_cq = cq, .recv_cq = cq, .channel = &channel};
+        std::exception_ptr failure;
+        std::optional<conn> server, client;
+        spawn(
+            io,
+            [&]() -> ::asio::awaitable<void> {
+                auto c = co_await rxa::async_accept<rx::event_driven>(ex, listener, shared, opt, ::asio::use_awaitable);
+                server.emplace(std::move(*c));
+            },
+            failure);
+        spawn(
+            io,
+            [&]() -> ::asio::awaitable<void> {
+                auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(ex, to, opt, ::asio::use_awaitable);
+                client.emplace(std::move(*c));
+            },
+            failure);
+        run_bounded(io, 30s);
+        if (failure) std::rethrow_exception(failure);
+        REQUIRE(server);
+        REQUIRE(client);
+        // A message over the pair, both ends co_awaited on their dispatchers.
+        rxa::completion_dispatcher ds{ex, channel}, dc{ex, *client->cq_channel()};
+        ds.add(cq);
+        dc.add(client->cq());
+        test::buffer sbuf(pd, 256), cbuf(client->pd(), 256);
+        test::fill_pattern(cbuf.bytes_, 21);
+        spawn(
+            io,
+            [&]() -> ::asio::awaitable<void> {
+                auto wc = co_await rxa::async_recv(ds, server->qp(), rx::recv{sbuf.span()}, ::asio::use_awaitable);
+                CHECK(wc.byte_len() == 100);
+            },
+            failure);
+        spawn(
+            io,
+            [&]() -> ::asio::awaitable<void> {
+                (void)co_await rxa::async_post(dc, client->qp(), rx::send{cbuf.span().first(100)},
+                                               ::asio::use_awaitable);
+                co_await rxa::async_disconnect(ex, *client, 5s, ::asio::use_awaitable);
+            },
+            failure);
+        run_bounded(io);
+        if (failure) std::rethrow_exception(failure);
+        CHECK(std::memcmp(sbuf.bytes_.data(), cbuf.bytes_.data(), 100) == 0);
+        CHECK(client->state() == rx::cm::connection_state::disconnected);
+    }
+    SUBCASE("connecting to a port nobody listens on fails with the library's error") {
+        auto const nobody =
+            rx::cm::address::resolve(test::device_ip(), static_cast<std::uint16_t>(listener.port() + 1));
+        std::exception_ptr got;
+        bool done = false;
+        rxa::async_connect<rx::rc, rx::event_driven>(ex, nobody, opt, [&](std::exception_ptr e, std::optional<conn> c) {
+            got = e;
+            CHECK_FALSE(c);
+            done = true;
+        });
+        run_bounded(io);
+        REQUIRE(done);
+        REQUIRE(got);
+        CHECK_THROWS_AS(std::rethrow_exception(got), rx::cm::cm_error);
+    }
+}
