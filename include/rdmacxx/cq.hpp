@@ -251,6 +251,13 @@ private:
     std::unique_ptr<ibv_comp_channel, deleter> handle_;
 };
 
+namespace detail {
+/// Selects completion_queue's constructor for a CQ made by another verb (ibv_create_cq_ex).
+struct adopt_cq_t {
+    explicit adopt_cq_t() = default;
+};
+} // namespace detail
+
 /// Options of a completion queue at creation. @see ibv_create_cq(3)
 struct cq_options {
     /// The completion vector its events are signalled on: 0 … `context::num_comp_vectors()` - 1.
@@ -272,7 +279,7 @@ struct cq_options {
 /// duration and say so by returning 0 / an empty optional (never by throwing).
 ///
 /// A CQ may move after QPs were made on it (they hold the `ibv_cq`, not this object), and it
-/// follows its context when that moves (`owner()`). Moving one CQ into another first destroys
+/// follows its context when that moves (`context()`). Moving one CQ into another first destroys
 /// the target's CQ (acknowledging its events) and then its own channel, as the destructor does.
 /// Thread-safety: one thread polls or waits on a CQ at a time; moving it is not thread-safe.
 /// @see ibv_create_cq(3), ibv_poll_cq(3), ibv_req_notify_cq(3), ibv_get_cq_event(3)
@@ -292,7 +299,7 @@ public:
     /// @throws argument_error naming the device's count when `opt.comp_vector` is not one of its
     ///         completion vectors (nothing created); sys_error when ibv_create_cq(3) fails (e.g.
     ///         EINVAL past the device's max_cqe).
-    completion_queue(context& ctx, int min_entries, cq_options const& opt = {})
+    completion_queue(rdmacxx::context& ctx, int min_entries, cq_options const& opt = {})
         : ctx_(ctx.anchor_cell()), anchor_(this) {
         check_vector(ctx, opt.comp_vector);
         if constexpr (Completion::uses_channel) own_channel_ = std::make_unique<completion_channel>(ctx);
@@ -301,7 +308,7 @@ public:
 
     /// Creates an `event_driven` CQ whose events arrive on `channel`, which may serve other CQs.
     /// @throws argument_error as the constructor above; sys_error when ibv_create_cq(3) fails.
-    completion_queue(context& ctx, int min_entries, completion_channel& channel,
+    completion_queue(rdmacxx::context& ctx, int min_entries, completion_channel& channel,
                      cq_options const& opt = {}) requires(Completion::uses_channel)
         : ctx_(ctx.anchor_cell()), anchor_(this) {
         check_vector(ctx, opt.comp_vector);
@@ -371,18 +378,7 @@ public:
     /// once more so that a completion that arrived before the arm is not missed, then sleeps on the channel.
     /// @throws sys_error when polling, arming or reading the channel fails.
     std::size_t wait(std::span<work_completion> out) {
-        if constexpr (Completion::uses_channel && requires { Completion::spin; }) {
-            auto const until = std::chrono::steady_clock::now() + Completion::spin;
-            if (std::size_t n = detail::spin_until([&] { return poll(out); }, steady_now, until); n != 0) return n;
-        }
-        for (;;) {
-            if (std::size_t n = poll(out); n != 0) return n;
-            if constexpr (Completion::uses_channel) {
-                arm();
-                if (std::size_t n = poll(out); n != 0) return n;
-                sleep_for_event();
-            }
-        }
+        return wait_with([&] { return poll(out); });
     }
 
     /// Blocks until one completion is there and returns it.
@@ -404,7 +400,7 @@ public:
     /// @throws sys_error when polling, arming, ppoll(2) or reading the channel fails.
     template <class Rep, class Period>
     [[nodiscard]] std::size_t wait(std::span<work_completion> out, std::chrono::duration<Rep, Period> timeout) {
-        return wait_until(out, detail::deadline_after(timeout));
+        return wait_until_with([&] { return poll(out); }, detail::deadline_after(timeout));
     }
 
     /// As `wait_one()`, for at most `timeout`: the completion, or nothing when none came in time.
@@ -412,7 +408,8 @@ public:
     template <class Rep, class Period>
     [[nodiscard]] std::optional<work_completion> wait_one(std::chrono::duration<Rep, Period> timeout) {
         work_completion wc;
-        if (wait_until(std::span{&wc, 1}, detail::deadline_after(timeout)) == 0) return std::nullopt;
+        if (wait_until_with([&] { return poll(std::span{&wc, 1}); }, detail::deadline_after(timeout)) == 0)
+            return std::nullopt;
         return wc;
     }
 
@@ -445,7 +442,7 @@ public:
         if (int rc = ::ibv_resize_cq(cq_.get(), min_entries); rc != 0) [[unlikely]]
             detail::throw_sys(rc, "ibv_resize_cq",
                               "from " + std::to_string(cq_->cqe) + " to " + std::to_string(min_entries) +
-                                  " entries on " + std::string{owner().name()});
+                                  " entries on " + std::string{context().name()});
         return cq_->cqe;
     }
 
@@ -456,7 +453,7 @@ public:
     /// The number of entries the CQ really has (at least the number asked for).
     [[nodiscard]] int capacity() const noexcept { return cq_->cqe; }
     /// The context the CQ lives on, wherever it has moved to.
-    [[nodiscard]] context& owner() const noexcept { return **ctx_; }
+    [[nodiscard]] rdmacxx::context& context() const noexcept { return **ctx_; }
     /// The verbs handle.
     [[nodiscard]] ibv_cq* native_handle() const noexcept { return cq_.get(); }
 
@@ -469,6 +466,60 @@ public:
     [[nodiscard]] completion_queue* const* anchor_cell() const noexcept { return anchor_.cell(); }
     /// @endcond
 
+protected:
+    /// @cond
+    // For a CQ made by another verb (completion_queue_ex: ibv_create_cq_ex): checks the vector,
+    // gives an event-driven CQ without `channel` its own, and adopts what `create(ibv_comp_channel*)`
+    // returns (it throws when creation fails).
+    template <class Create>
+    completion_queue(detail::adopt_cq_t, rdmacxx::context& ctx, int comp_vector, completion_channel* channel,
+                     Create&& create)
+        : ctx_(ctx.anchor_cell()), anchor_(this) {
+        static_assert(!tracked, "an adopted CQ has no in-flight ledger");
+        check_vector(ctx, comp_vector);
+        if constexpr (Completion::uses_channel)
+            if (channel == nullptr) channel = (own_channel_ = std::make_unique<completion_channel>(ctx)).get();
+        cq_.reset(create(channel != nullptr ? channel->native_handle() : nullptr));
+    }
+
+    // The waits of every strategy around `poll()`, which takes what is there and returns how
+    // many (0: none): `wait(out)` and `wait(out, timeout)` are these around ibv_poll_cq(3).
+    template <class Poll>
+    std::size_t wait_with(Poll&& poll) {
+        if constexpr (Completion::uses_channel && requires { Completion::spin; }) {
+            auto const until = std::chrono::steady_clock::now() + Completion::spin;
+            if (std::size_t n = detail::spin_until(poll, steady_now, until); n != 0) return n;
+        }
+        for (;;) {
+            if (std::size_t n = poll(); n != 0) return n;
+            if constexpr (Completion::uses_channel) {
+                arm();
+                if (std::size_t n = poll(); n != 0) return n;
+                sleep_for_event();
+            }
+        }
+    }
+    template <class Poll>
+    std::size_t wait_until_with(Poll&& poll, std::chrono::steady_clock::time_point deadline) {
+        using clock = std::chrono::steady_clock;
+        if constexpr (!Completion::uses_channel) {
+            return detail::spin_until(poll, steady_now, deadline);
+        } else {
+            if constexpr (requires { Completion::spin; }) {
+                auto const spin_end = clock::now() + Completion::spin;
+                auto const until = spin_end < deadline ? spin_end : deadline;
+                if (std::size_t n = detail::spin_until(poll, steady_now, until); n != 0) return n;
+            }
+            for (;;) {
+                if (std::size_t n = poll(); n != 0) return n;
+                arm();
+                if (std::size_t n = poll(); n != 0) return n;
+                if (!sleep_for_event_until(deadline)) return poll(); // timed out: one last look
+            }
+        }
+    }
+    /// @endcond
+
 private:
     static std::chrono::steady_clock::time_point steady_now() noexcept { return std::chrono::steady_clock::now(); }
 
@@ -478,25 +529,6 @@ private:
         cq_.reset(); // before the channel: ibv_destroy_comp_channel(3) fails with EBUSY while a CQ uses it
         own_channel_.reset();
         ledger_ = {};
-    }
-
-    std::size_t wait_until(std::span<work_completion> out, std::chrono::steady_clock::time_point deadline) {
-        using clock = std::chrono::steady_clock;
-        if constexpr (!Completion::uses_channel) {
-            return detail::spin_until([&] { return poll(out); }, steady_now, deadline);
-        } else {
-            if constexpr (requires { Completion::spin; }) {
-                auto const spin_end = clock::now() + Completion::spin;
-                auto const until = spin_end < deadline ? spin_end : deadline;
-                if (std::size_t n = detail::spin_until([&] { return poll(out); }, steady_now, until); n != 0) return n;
-            }
-            for (;;) {
-                if (std::size_t n = poll(out); n != 0) return n;
-                arm();
-                if (std::size_t n = poll(out); n != 0) return n;
-                if (!sleep_for_event_until(deadline)) return poll(out); // timed out: one last look
-            }
-        }
     }
 
     // As sleep_for_event, giving up at `deadline`: false when it passed with no event.
@@ -517,7 +549,7 @@ private:
         }
     }
 
-    static void check_vector(context const& ctx, int vector) {
+    static void check_vector(rdmacxx::context const& ctx, int vector) {
         int const count = ctx.num_comp_vectors();
         if (vector < 0 || vector >= count) [[unlikely]]
             detail::throw_argument("completion vector " + std::to_string(vector) +
@@ -565,7 +597,7 @@ private:
     struct deleter {
         void operator()(ibv_cq* c) const noexcept { (void)::ibv_destroy_cq(c); }
     };
-    context* const* ctx_;                             // the context's stable cell: valid when the context moves
+    rdmacxx::context* const* ctx_;                    // the context's stable cell: valid when the context moves
     std::unique_ptr<completion_channel> own_channel_; // destroyed after cq_ (see destroy())
     std::unique_ptr<ibv_cq, deleter> cq_;
     unsigned unacked_ = 0;

@@ -23,6 +23,7 @@
 #include "rdmacxx/cm/resources.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/cq_ex.hpp"
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/end_port.hpp"
 #include "rdmacxx/endpoint.hpp"
