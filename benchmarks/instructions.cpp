@@ -270,8 +270,9 @@ template <std::size_t W>
 template <std::size_t W>
 [[gnu::noinline]] std::size_t poll_extended_rdmacxx(cqx_t& cq, std::size_t n) {
     std::size_t empty = 0;
+    auto const poller = cq.poller(); // the handle in a register, as the raw twin's
     while (n > 0) {
-        std::size_t const got = cq.poll<W>([](cqx_t::completion const& wc) {
+        std::size_t const got = poller.poll<W>([](cqx_t::completion const& wc) {
             if (!wc.ok()) [[unlikely]]
                 die("a completion", static_cast<int>(wc.status()));
         });

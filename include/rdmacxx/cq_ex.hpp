@@ -228,6 +228,81 @@ private:
     ibv_cq_ex* cq_;
 };
 
+/// Polls an extended CQ in place: what `completion_queue_ex::poller()` returns. Two words (the
+/// `ibv_cq_ex` handle and whether the device batches), trivially copyable: kept in a local, it
+/// lives in registers across a polling loop. Valid while its CQ exists.
+/// Thread-safety: as the CQ's poll, one thread at a time.
+/// @see ibv_start_poll(3), ibv_next_poll(3), ibv_end_poll(3)
+template <class Fields>
+class extended_poller {
+public:
+    /// What `poll` hands to its visitor.
+    using completion = extended_completion<Fields>;
+
+    /// Polls `cq`; `batched` false takes each completion in a batch of its own (see
+    /// `completion_queue_ex`).
+    extended_poller(ibv_cq_ex* cq, bool batched) noexcept : cq_(cq), batched_(batched) {}
+
+    /// Takes up to `N` completions that are there, without blocking, handing each to
+    /// `visit(completion const&)`; returns how many. One call is one batch: ibv_start_poll(3),
+    /// ibv_next_poll(3) for each further completion up to `N`, ibv_end_poll(3). When `visit`
+    /// throws, the batch is ended (the completion it threw on is taken) and the exception goes on.
+    /// @throws sys_error when ibv_start_poll(3) or ibv_next_poll(3) fails other than with
+    ///         ENOENT (an empty CQ); what `visit` throws.
+    template <std::size_t N = 16, class Visit>
+    RDMACXX_HOT std::size_t poll(Visit&& visit) const {
+        static_assert(N >= 1, "poll<N> takes at least one completion");
+        ibv_cq_ex* const cq = cq_;
+        ibv_poll_cq_attr attr{};
+        if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
+            if (rc == ENOENT) [[likely]]
+                return 0;
+            detail::throw_verb(rc, "ibv_start_poll", {});
+        }
+        [[maybe_unused]] bool const batched = N > 1 && batched_;
+        std::size_t n = 0;
+        for (;;) {
+            try {
+                visit(static_cast<completion const&>(completion{cq}));
+            } catch (...) {
+                ::ibv_end_poll(cq);
+                throw;
+            }
+            ++n;
+            if constexpr (N == 1) {
+                break;
+            } else {
+                if (n == N) break;
+                if (batched) [[likely]] {
+                    if (int const rc = ::ibv_next_poll(cq); rc != 0) {
+                        if (rc != ENOENT) [[unlikely]]
+                            end_and_throw(cq, rc);
+                        break;
+                    }
+                } else {
+                    ::ibv_end_poll(cq);
+                    if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
+                        if (rc != ENOENT) [[unlikely]]
+                            detail::throw_verb(rc, "ibv_start_poll", {});
+                        return n;
+                    }
+                }
+            }
+        }
+        ::ibv_end_poll(cq);
+        return n;
+    }
+
+private:
+    [[noreturn]] RDMACXX_COLD static void end_and_throw(ibv_cq_ex* cq, int rc) {
+        ::ibv_end_poll(cq); // the manual: end_poll still follows a failed next_poll
+        detail::throw_verb(rc, "ibv_next_poll", {});
+    }
+
+    ibv_cq_ex* cq_;
+    bool batched_;
+};
+
 /// An extended completion queue (`ibv_cq_ex`) waited on by the strategy `Completion`
 /// (`busy_poll`, `event_driven`, `adaptive`), whose completions carry the optional `Fields`.
 ///
@@ -278,53 +353,18 @@ public:
           batched_(batches(ctx)) {}
 
     /// Takes up to `N` completions that are there, without blocking, handing each to
-    /// `visit(completion const&)`; returns how many. When `visit` throws, the batch is ended
-    /// (the completion it threw on is taken) and the exception goes on.
+    /// `visit(completion const&)`; returns how many. As `poller().poll<N>(visit)`: in a hot loop,
+    /// hold the poller instead (it keeps the handle in a register, as hand-written code does).
     /// @throws sys_error when ibv_start_poll(3) or ibv_next_poll(3) fails other than with
     ///         ENOENT (an empty CQ); what `visit` throws.
     template <std::size_t N = 16, class Visit>
     RDMACXX_HOT std::size_t poll(Visit&& visit) {
-        static_assert(N >= 1, "poll<N> takes at least one completion");
-        ibv_cq_ex* const cq = extended_handle();
-        ibv_poll_cq_attr attr{};
-        if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
-            if (rc == ENOENT) [[likely]]
-                return 0;
-            detail::throw_verb(rc, "ibv_start_poll", {});
-        }
-        [[maybe_unused]] bool const batched = N > 1 && batched_; // read once: visit() may touch memory
-        std::size_t n = 0;
-        for (;;) {
-            try {
-                visit(static_cast<completion const&>(completion{cq}));
-            } catch (...) {
-                ::ibv_end_poll(cq);
-                throw;
-            }
-            ++n;
-            if constexpr (N == 1) {
-                break;
-            } else {
-                if (n == N) break;
-                if (batched) [[likely]] {
-                    if (int const rc = ::ibv_next_poll(cq); rc != 0) {
-                        if (rc != ENOENT) [[unlikely]]
-                            end_and_throw(cq, rc);
-                        break;
-                    }
-                } else {
-                    ::ibv_end_poll(cq);
-                    if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
-                        if (rc != ENOENT) [[unlikely]]
-                            detail::throw_verb(rc, "ibv_start_poll", {});
-                        return n;
-                    }
-                }
-            }
-        }
-        ::ibv_end_poll(cq);
-        return n;
+        return poller().template poll<N>(visit);
     }
+
+    /// The poller of this CQ: a handle-sized view that polls it, valid as long as the CQ exists
+    /// (moving the CQ keeps it valid).
+    [[nodiscard]] extended_poller<Fields> poller() const noexcept { return {extended_handle(), batched_}; }
 
     /// Blocks until at least one completion is there, then takes up to `N` as `poll<N>(visit)`
     /// does; returns how many (at least 1). Spins, sleeps on the channel, or spins then sleeps
@@ -412,11 +452,6 @@ private:
 
     // rxe (vendor ID 0xffffff) takes one completion per batch: see the class.
     static bool batches(rdmacxx::context& ctx) { return ctx.query_device().orig_attr.vendor_id != 0xffffffU; }
-
-    [[noreturn]] RDMACXX_COLD static void end_and_throw(ibv_cq_ex* cq, int rc) {
-        ::ibv_end_poll(cq); // the manual: end_poll still follows a failed next_poll
-        detail::throw_verb(rc, "ibv_next_poll", {});
-    }
 
     bool batched_;
 };

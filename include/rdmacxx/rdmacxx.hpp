@@ -41,4 +41,5 @@
 #include "rdmacxx/thread_domain.hpp"
 #include "rdmacxx/timeouts.hpp"
 #include "rdmacxx/transport.hpp"
+#include "rdmacxx/work_completion.hpp"
 #include "rdmacxx/wr.hpp"
