@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <ctime>
+#include <stdexcept>
 #include <string>
 
 namespace bench {
@@ -66,6 +67,10 @@ void drain(benchmark::State& st) {
     });
 }
 
+[[noreturn]] void fail_verb(char const* verb, int rc) {
+    throw std::runtime_error(std::string{verb} + " failed: " + std::to_string(rc));
+}
+
 // A QP whose completions go to an extended CQ, on the busy-poll rig's device and memory.
 struct extended_rig {
     rig<rx::busy_poll>& base;
@@ -93,7 +98,7 @@ private:
     // CQ when ibv_next_poll finds it empty.
     static bool raw_batches(rx::context& ctx) {
         ibv_device_attr attr{};
-        if (int const rc = ::ibv_query_device(ctx.native_handle(), &attr); rc != 0) fail("ibv_query_device", rc);
+        if (int const rc = ::ibv_query_device(ctx.native_handle(), &attr); rc != 0) fail_verb("ibv_query_device", rc);
         return attr.vendor_id != 0xffffffU;
     }
 };
@@ -118,7 +123,7 @@ struct extended_raw {
         ibv_poll_cq_attr attr{};
         if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
             if (rc != ENOENT) [[unlikely]]
-                fail("ibv_start_poll", rc);
+                fail_verb("ibv_start_poll", rc);
             return 0;
         }
         std::size_t got = 0;
@@ -129,14 +134,14 @@ struct extended_raw {
             if (x.batched) {
                 if (int const rc = ::ibv_next_poll(cq); rc != 0) {
                     if (rc != ENOENT) [[unlikely]]
-                        fail("ibv_next_poll", rc);
+                        fail_verb("ibv_next_poll", rc);
                     break;
                 }
             } else {
                 ::ibv_end_poll(cq);
                 if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
                     if (rc != ENOENT) [[unlikely]]
-                        fail("ibv_start_poll", rc);
+                        fail_verb("ibv_start_poll", rc);
                     return got;
                 }
             }

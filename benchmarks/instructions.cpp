@@ -501,6 +501,7 @@ template <std::size_t W, bool Raw>
 void empty_extended_section(rig& r, std::size_t calls) {
     std::size_t empty = 0;
     ibv_cq_ex* const cq = r.cq_x.extended_handle();
+    auto const poller = r.cq_x.poller(); // as in poll_extended_rdmacxx
     zero_stats();
     for (std::size_t i = 0; i < calls; ++i) {
         collect_toggle();
@@ -511,7 +512,7 @@ void empty_extended_section(rig& r, std::size_t calls) {
             else
                 empty += rc == ENOENT ? 1U : 0U;
         } else {
-            empty += r.cq_x.poll<W>([](cqx_t::completion const&) {}) == 0 ? 1U : 0U;
+            empty += poller.poll<W>([](cqx_t::completion const&) {}) == 0 ? 1U : 0U;
         }
         collect_toggle();
     }

@@ -14,6 +14,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <vector>
 
@@ -217,10 +218,23 @@ TEST_CASE("cq_ex: a field the device lacks is refused with not_supported_error n
         INFO(what);
         CHECK(e.verb() == "ibv_create_cq_ex");
         CHECK(e.errno_value() == EOPNOTSUPP);
-        CHECK(what.find("ibv_create_cq_ex failed on " + std::string{ctx.name()} +
-                        ": the device does not provide the completion timestamp (wc_field::completion_timestamp) "
-                        "for an extended CQ") != std::string::npos);
+        CHECK(what == "ibv_create_cq_ex failed on " + std::string{ctx.name()} +
+                          ": the device does not provide the completion timestamp (wc_field::completion_timestamp) "
+                          "for an extended CQ (" +
+                          std::system_category().message(EOPNOTSUPP) + ")");
         CHECK(what.find("byte length") == std::string::npos); // only what it refuses is named
+        MESSAGE("refused: " << what);
+    }
+    // rxe provides the standard fields only: the wall-clock timestamp, VLAN and flow tag neither.
+    using beyond =
+        rx::wc_fields<rx::wc_field::completion_timestamp_wallclock, rx::wc_field::cvlan, rx::wc_field::flow_tag>;
+    try {
+        rx::completion_queue_ex<rx::busy_poll, beyond> cq(ctx, 16);
+        FAIL("an extended CQ with the wall-clock timestamp, VLAN and flow tag was created");
+    } catch (rx::not_supported_error const& e) {
+        std::string const what = e.what();
+        CHECK(what.find("the wall-clock completion timestamp (wc_field::completion_timestamp_wallclock), the customer "
+                        "VLAN (wc_field::cvlan), the flow tag (wc_field::flow_tag)") != std::string::npos);
     }
     // What it has is created, and the CQ works with the single-threaded flag too.
     rx::completion_queue_ex<rx::event_driven, rx::standard_wc_fields> ok(ctx, 16, {.single_threaded = true});
