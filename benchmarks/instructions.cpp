@@ -375,36 +375,36 @@ template <std::size_t W>
 [[gnu::noinline]] std::size_t poll_extended_raw(ibv_cq_ex* cq, bool batched, std::size_t n) {
     std::size_t empty = 0;
     while (n > 0) {
+        std::size_t got = 0; // counted as poll_raw counts ibv_poll_cq's return
         ibv_poll_cq_attr attr{};
         if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
             if (rc != ENOENT) [[unlikely]]
                 die("ibv_start_poll", rc);
-            ++empty;
-            continue;
-        }
-        std::size_t got = 0;
-        for (;;) {
-            if (cq->status != IBV_WC_SUCCESS) [[unlikely]]
-                die("a completion", static_cast<int>(cq->status));
-            ++got;
-            if (got == W) break;
-            if (batched) {
-                if (int const rc = ::ibv_next_poll(cq); rc != 0) {
-                    if (rc != ENOENT) [[unlikely]]
-                        die("ibv_next_poll", rc);
-                    break;
-                }
-            } else {
-                ::ibv_end_poll(cq);
-                if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
-                    if (rc != ENOENT) [[unlikely]]
-                        die("ibv_start_poll", rc);
-                    goto taken;
+        } else {
+            for (;;) {
+                if (cq->status != IBV_WC_SUCCESS) [[unlikely]]
+                    die("a completion", static_cast<int>(cq->status));
+                ++got;
+                if (got == W) break;
+                if (batched) {
+                    if (int const next = ::ibv_next_poll(cq); next != 0) {
+                        if (next != ENOENT) [[unlikely]]
+                            die("ibv_next_poll", next);
+                        break;
+                    }
+                } else {
+                    ::ibv_end_poll(cq);
+                    if (int const next = ::ibv_start_poll(cq, &attr); next != 0) {
+                        if (next != ENOENT) [[unlikely]]
+                            die("ibv_start_poll", next);
+                        goto taken;
+                    }
                 }
             }
+            ::ibv_end_poll(cq);
         }
-        ::ibv_end_poll(cq);
     taken:
+        empty += got == 0 ? 1U : 0U;
         n -= got;
     }
     return empty;
