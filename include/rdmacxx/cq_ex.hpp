@@ -309,7 +309,9 @@ private:
 /// It is a `completion_queue<Completion>`: QPs, `cm::id::create_qp`, `arm`, `note_event`,
 /// `resize`, `context()` and moving work as for any CQ. Its own `poll`, `wait` and bounded `wait`
 /// take completions in place instead of copying `ibv_wc`s: each completion is handed to a
-/// visitor as an `extended_completion<Fields>`, valid during that call. One poll is one batch:
+/// visitor as an `extended_completion<Fields>`, valid during that call (`wait_one` and, through a
+/// `completion_queue<Completion>&`, `poll(out)` and `wait(out)` still copy `ibv_wc`s out with
+/// ibv_poll_cq(3), which verbs allows on an extended CQ between batches). One poll is one batch:
 /// ibv_start_poll(3), ibv_next_poll(3) for each further completion up to `N`, ibv_end_poll(3).
 /// On rxe each completion is its own batch (ibv_start_poll, ibv_end_poll): rdma-core up to v54
 /// overruns rxe's CQ when ibv_next_poll finds it empty and ibv_end_poll follows, as the manual
