@@ -15,6 +15,11 @@
 // tools/instruction-counts can subtract E empty polls, whose cost it takes from the "empty"
 // sections. Without valgrind the program runs the same sequence as a functional check.
 //
+// The extended CQ (completion_queue_ex: ibv_start_poll, ibv_next_poll, ibv_end_poll) has its own
+// sections, "poll_ex" and "empty_ex": a second QP posts writes, reads and receives whose
+// completions go to an extended CQ, which one twin polls through rdmacxx and the other through
+// the raw verbs, one per call and up to 16 per call.
+//
 // Usage: instructions [-n OPS]     (OPS rounded up to a multiple of 64; default 1024)
 // Environment: RDMACXX_DEVICE (the device; default the first one).
 
@@ -32,6 +37,7 @@
 #endif
 
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -107,13 +113,16 @@ struct targets {
     rx::remote_span<std::uint64_t> atomic; // one 8-byte word at the peer
 };
 using cq_t = rx::completion_queue<rx::busy_poll>;
+using cqx_t = rx::completion_queue_ex<rx::busy_poll>;
 
 struct rig {
     rx::context ctx;
     rx::end_port port;
     rx::protection_domain pd;
     cq_t cq_a, cq_b;
+    cqx_t cq_x; // the extended CQ of ax
     qp_t a, b;
+    qp_t ax, bx;                                      // ax's completions go to cq_x, bx's to cq_b
     std::vector<std::uint64_t> local_mem, remote_mem; // 8-byte aligned
     rx::memory_region local_mr, remote_mr;
     targets t;
@@ -138,9 +147,11 @@ struct rig {
     }
 
     rig()
-        : ctx(open()), port(ctx), pd(ctx), cq_a(ctx, 512), cq_b(ctx, 512),
+        : ctx(open()), port(ctx), pd(ctx), cq_a(ctx, 512), cq_b(ctx, 512), cq_x(ctx, 512),
           a(pd, cq_a, cq_a, {.max_send_wr = 2 * batch, .max_recv_wr = 2 * batch}),
-          b(pd, cq_b, cq_b, {.max_send_wr = 2 * batch, .max_recv_wr = 2 * batch}), local_mem(512), remote_mem(512),
+          b(pd, cq_b, cq_b, {.max_send_wr = 2 * batch, .max_recv_wr = 2 * batch}),
+          ax(pd, cq_x, cq_x, {.max_send_wr = 2 * batch, .max_recv_wr = 2 * batch}),
+          bx(pd, cq_b, cq_b, {.max_send_wr = 2 * batch, .max_recv_wr = 2 * batch}), local_mem(512), remote_mem(512),
           local_mr(pd.register_memory(std::span{local_mem}, rx::all_remote)),
           remote_mr(pd.register_memory(std::span{remote_mem}, rx::all_remote)),
           t{local_mr.span().first(8), local_mr.span<std::uint64_t>(8, 1), remote_mr.remote().first(8),
@@ -148,6 +159,8 @@ struct rig {
           peer_buf(remote_mr.span().subspan(1024, 64)) {
         a.connect(port, b.local_endpoint(port), options());
         b.connect(port, a.local_endpoint(port), options());
+        ax.connect(port, bx.local_endpoint(port), options());
+        bx.connect(port, ax.local_endpoint(port), options());
     }
 
     // Takes `n` successful completions from `cq` (not measured).
@@ -182,6 +195,23 @@ struct rig {
     void after(kind k) {
         if (k == kind::recv) peer_sends(batch);
         if (k == kind::send || k == kind::send_imm || k == kind::write_imm) drain(cq_b, batch);
+    }
+    // A batch of `k` (write, read or recv) whose completions land in the extended CQ (not measured).
+    void load_extended(kind k) {
+        targets const r = t;
+        for (std::size_t i = 0; i < batch; ++i) {
+            if (k == kind::write)
+                ax.post(rx::write{r.msg, r.target}.id(i));
+            else if (k == kind::read)
+                ax.post(rx::read{r.msg, r.target}.id(i));
+            else
+                ax.post_recv(rx::recv{r.msg}.id(i));
+        }
+        if (k == kind::recv) {
+            for (std::size_t i = 0; i < batch; ++i)
+                bx.post(rx::send{peer_buf.first(8)}.id(i));
+            drain(cq_b, batch);
+        }
     }
 };
 
@@ -233,6 +263,21 @@ template <std::size_t W>
                 die("a completion", static_cast<int>(wc.status()));
         empty += polled.empty() ? 1U : 0U;
         n -= polled.size();
+    }
+    return empty;
+}
+
+template <std::size_t W>
+[[gnu::noinline]] std::size_t poll_extended_rdmacxx(cqx_t& cq, std::size_t n) {
+    std::size_t empty = 0;
+    auto const poller = cq.poller(); // the handle in a register, as the raw twin's
+    while (n > 0) {
+        std::size_t const got = poller.poll<W>([](cqx_t::completion const& wc) {
+            if (!wc.ok()) [[unlikely]]
+                die("a completion", static_cast<int>(wc.status()));
+        });
+        empty += got == 0 ? 1U : 0U;
+        n -= got;
     }
     return empty;
 }
@@ -323,6 +368,48 @@ template <std::size_t W>
     return empty;
 }
 
+// The extended CQ as a careful C programmer polls it: one batch per call, ibv_next_poll for each
+// further completion, ibv_end_poll after; on rxe (`batched` false: rdma-core up to v54 overruns
+// its CQ when ibv_next_poll finds it empty) each completion in a batch of its own.
+template <std::size_t W>
+[[gnu::noinline]] std::size_t poll_extended_raw(ibv_cq_ex* cq, bool batched, std::size_t n) {
+    std::size_t empty = 0;
+    while (n > 0) {
+        std::size_t got = 0; // counted as poll_raw counts ibv_poll_cq's return
+        ibv_poll_cq_attr attr{};
+        if (int const rc = ::ibv_start_poll(cq, &attr); rc != 0) {
+            if (rc != ENOENT) [[unlikely]]
+                die("ibv_start_poll", rc);
+        } else {
+            for (;;) {
+                if (cq->status != IBV_WC_SUCCESS) [[unlikely]]
+                    die("a completion", static_cast<int>(cq->status));
+                ++got;
+                if (got == W) break;
+                if (batched) {
+                    if (int const next = ::ibv_next_poll(cq); next != 0) {
+                        if (next != ENOENT) [[unlikely]]
+                            die("ibv_next_poll", next);
+                        break;
+                    }
+                } else {
+                    ::ibv_end_poll(cq);
+                    if (int const next = ::ibv_start_poll(cq, &attr); next != 0) {
+                        if (next != ENOENT) [[unlikely]]
+                            die("ibv_start_poll", next);
+                        goto taken;
+                    }
+                }
+            }
+            ::ibv_end_poll(cq);
+        }
+    taken:
+        empty += got == 0 ? 1U : 0U;
+        n -= got;
+    }
+    return empty;
+}
+
 // --- the sections ------------------------------------------------------------------------
 
 void settle() {
@@ -393,6 +480,57 @@ void empty_section(rig& r, std::size_t calls) {
     dump_stats(label("empty", "-", W, Raw ? "raw" : "rdmacxx", calls, calls));
 }
 
+template <kind K, std::size_t W, bool Raw>
+void poll_extended_section(rig& r, char const* name, std::size_t rounds, bool batched) {
+    std::size_t empty = 0;
+    zero_stats();
+    for (std::size_t round = 0; round < rounds; ++round) {
+        r.load_extended(K);
+        settle();
+        collect_toggle();
+        if constexpr (Raw)
+            empty += poll_extended_raw<W>(r.cq_x.extended_handle(), batched, batch);
+        else
+            empty += poll_extended_rdmacxx<W>(r.cq_x, batch);
+        collect_toggle();
+    }
+    dump_stats(label("poll_ex", name, W, Raw ? "raw" : "rdmacxx", rounds * batch, empty));
+}
+
+template <std::size_t W, bool Raw>
+void empty_extended_section(rig& r, std::size_t calls) {
+    std::size_t empty = 0;
+    ibv_cq_ex* const cq = r.cq_x.extended_handle();
+    auto const poller = r.cq_x.poller(); // as in poll_extended_rdmacxx
+    zero_stats();
+    for (std::size_t i = 0; i < calls; ++i) {
+        collect_toggle();
+        if constexpr (Raw) {
+            ibv_poll_cq_attr attr{};
+            if (int const rc = ::ibv_start_poll(cq, &attr); rc == 0)
+                ::ibv_end_poll(cq);
+            else
+                empty += rc == ENOENT ? 1U : 0U;
+        } else {
+            empty += poller.poll<W>([](cqx_t::completion const&) {}) == 0 ? 1U : 0U;
+        }
+        collect_toggle();
+    }
+    if (empty != calls) {
+        std::fprintf(stderr, "instructions: an idle extended CQ returned a completion\n");
+        std::exit(1);
+    }
+    dump_stats(label("empty_ex", "-", W, Raw ? "raw" : "rdmacxx", calls, calls));
+}
+
+template <kind K>
+void run_extended(rig& r, char const* name, std::size_t rounds, bool batched) {
+    poll_extended_section<K, 1, false>(r, name, rounds, batched);
+    poll_extended_section<K, 1, true>(r, name, rounds, batched);
+    poll_extended_section<K, 16, false>(r, name, rounds, batched);
+    poll_extended_section<K, 16, true>(r, name, rounds, batched);
+}
+
 template <kind K>
 void run_kind(rig& r, char const* name, std::size_t rounds) {
     // Twins alternate, so whatever drifts in the provider's state hits both alike.
@@ -457,6 +595,21 @@ int main(int argc, char** argv) try {
             break;
         }
     }
+    // The extended CQ. The raw twin decides once, as rdmacxx does, whether the device is rxe.
+    ibv_device_attr attr{};
+    if (int const rc = ::ibv_query_device(r.ctx.native_handle(), &attr); rc != 0) die("ibv_query_device", rc);
+    bool const batched = attr.vendor_id != 0xffffffU;
+    if (batched != r.cq_x.batches_polls()) {
+        std::fprintf(stderr, "instructions: the twins disagree on batching the extended CQ's polls\n");
+        return 1;
+    }
+    empty_extended_section<1, false>(r, 256);
+    empty_extended_section<1, true>(r, 256);
+    empty_extended_section<16, false>(r, 256);
+    empty_extended_section<16, true>(r, 256);
+    run_extended<kind::write>(r, "write", rounds, batched);
+    run_extended<kind::read>(r, "read", rounds, batched);
+    run_extended<kind::recv>(r, "recv", rounds, batched);
     std::printf("done\n");
     return 0;
 } catch (std::exception const& e) {

@@ -257,7 +257,7 @@ private:
 ///
 /// A context may move (into a `std::vector` that grows, out of a function) after protection
 /// domains, CQs and end ports were made from it: they find it through a stable heap cell that
-/// moves with it (`pd.context()`, `cq.owner()` and `port.context()` name the context wherever
+/// moves with it (`pd.context()`, `cq.context()` and `port.context()` name the context wherever
 /// it is now). A moved-from context is empty: only destruction and assignment are valid on it.
 /// Thread-safety: verbs contexts are thread-safe; so are these queries. Moving one is not.
 /// @see ibv_open_device(3)

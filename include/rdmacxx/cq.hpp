@@ -1,13 +1,15 @@
 #pragma once
 /// @file
-/// Completions: `work_completion`, the completion strategies `busy_poll` and `event_driven`,
-/// `completion_channel`, and `completion_queue<Completion>`.
+/// Completions: the completion strategies `busy_poll`, `event_driven` and `adaptive`,
+/// `completion_channel`, and `completion_queue<Completion>`; `work_completion` and
+/// `completion_batch` are in work_completion.hpp, which this header includes.
 
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/detail/wait.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/work_completion.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -26,129 +28,6 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-
-/// One work completion (`ibv_wc`), typed. Same size and layout as `ibv_wc`, so a span of them is
-/// handed to ibv_poll_cq(3) as it is.
-/// @see ibv_poll_cq(3)
-class work_completion {
-public:
-    /// Leaves the completion uninitialised, as an `ibv_wc` in C: an array of them costs nothing
-    /// before ibv_poll_cq(3) fills it. Value-initialise (`work_completion{}`) for zeros.
-    work_completion() noexcept = default;
-    /// Wraps a raw completion.
-    explicit work_completion(ibv_wc const& wc) noexcept : wc_(wc) {}
-
-    /// True when the status is IBV_WC_SUCCESS.
-    [[nodiscard]] bool ok() const noexcept { return wc_.status == IBV_WC_SUCCESS; }
-    /// The status.
-    [[nodiscard]] ibv_wc_status status() const noexcept { return wc_.status; }
-    /// The status as a `std::error_code` in `wc_category()` (false when successful).
-    [[nodiscard]] std::error_code error_code() const noexcept { return make_wc_error_code(wc_.status); }
-    /// The `wr_id` of the work request it completes.
-    [[nodiscard]] std::uint64_t wr_id() const noexcept { return wc_.wr_id; }
-    /// The operation (valid only when `ok()`, except for the receive bit).
-    [[nodiscard]] ibv_wc_opcode opcode() const noexcept { return wc_.opcode; }
-    /// True for a receive-queue completion (a receive or a write-with-immediate's arrival).
-    [[nodiscard]] bool is_recv() const noexcept { return (wc_.opcode & IBV_WC_RECV) != 0; }
-    /// Bytes received (receive completions), or bytes read/atomics (some providers).
-    [[nodiscard]] std::uint32_t byte_len() const noexcept { return wc_.byte_len; }
-    /// True when the sender attached immediate data.
-    [[nodiscard]] bool has_imm() const noexcept { return (wc_.wc_flags & IBV_WC_WITH_IMM) != 0; }
-    /// The immediate data in host byte order (as the sender passed it to `send_imm`/`write_imm`).
-    [[nodiscard]] std::uint32_t imm_data() const noexcept { return ntohl(wc_.imm_data); }
-    /// The local QP number.
-    [[nodiscard]] std::uint32_t qp_num() const noexcept { return wc_.qp_num; }
-    /// The sender's QP number (UD receives).
-    [[nodiscard]] std::uint32_t src_qp() const noexcept { return wc_.src_qp; }
-    /// True when a 40-byte GRH precedes the payload in the receive buffer (UD).
-    [[nodiscard]] bool has_grh() const noexcept { return (wc_.wc_flags & IBV_WC_GRH) != 0; }
-    /// The provider's vendor error syndrome (meaningful when not `ok()`).
-    [[nodiscard]] std::uint32_t vendor_err() const noexcept { return wc_.vendor_err; }
-    /// The raw completion.
-    [[nodiscard]] ibv_wc const& native() const noexcept { return wc_; }
-
-    /// Throws `wc_error` built from this completion when it failed.
-    /// @throws wc_error with the status, vendor error, `wr_id` and QP number; for a request of a
-    ///         `checked` QP also its queue, operation, remote address and rkey.
-    void throw_if_error() const {
-        if (!ok()) [[unlikely]]
-            throw_error();
-    }
-
-private:
-    // A failed completion's opcode is undefined: what is known beside its defined fields comes
-    // from in-flight tracking (checked.hpp), when the request was tracked.
-    RDMACXX_COLD [[noreturn]] void throw_error() const { throw detail::failed_completion_error(wc_); }
-
-    ibv_wc wc_; // not zeroed: see the default constructor
-};
-static_assert(sizeof(work_completion) == sizeof(ibv_wc), "work_completion must be layout-compatible with ibv_wc");
-
-/// The payload of a UD receive: `buffer` (the receive buffer that was posted) less the 40-byte
-/// GRH in front, `wc.byte_len() - 40` bytes long.
-/// @throws argument_error when the completion is shorter than a GRH or longer than the buffer.
-template <class T>
-[[nodiscard]] std::span<T> ud_payload(std::span<T> buffer, work_completion const& wc) {
-    static_assert(sizeof(T) == 1, "a UD payload is bytes: pass a span of std::byte, char or unsigned char");
-    if (wc.byte_len() < 40 || wc.byte_len() > buffer.size()) [[unlikely]]
-        detail::throw_argument("UD completion of " + std::to_string(wc.byte_len()) +
-                               " bytes does not fit a GRH of 40 bytes and a buffer of " +
-                               std::to_string(buffer.size()) + " bytes");
-    return buffer.subspan(40, wc.byte_len() - 40);
-}
-
-/// The 40-byte GRH at the front of a UD receive buffer (meaningful when `wc.has_grh()`).
-template <class T>
-[[nodiscard]] std::span<T, 40> ud_grh(std::span<T> buffer) {
-    static_assert(sizeof(T) == 1, "a GRH is bytes");
-    if (buffer.size() < 40) [[unlikely]]
-        detail::throw_argument("a UD receive buffer holds at least a 40-byte GRH");
-    return buffer.template first<40>();
-}
-
-/// Up to `N` completions returned by value from `completion_queue::poll<N>()`; a range.
-template <std::size_t N>
-class completion_batch {
-public:
-    // For N == 1 the end is fixed and the begin moves to it when the batch is empty: both GCC
-    // and clang then see a loop of at most one turn (with `begin() + count` clang keeps a loop).
-    [[nodiscard]] work_completion const* begin() const noexcept {
-        if constexpr (N == 1)
-            return count_ != 0 ? items() : items() + 1;
-        else
-            return items();
-    }
-    [[nodiscard]] work_completion const* end() const noexcept {
-        if constexpr (N == 1)
-            return items() + 1;
-        else
-            return items() + count_;
-    }
-    [[nodiscard]] std::size_t size() const noexcept { return count_; }
-    [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
-    [[nodiscard]] work_completion const& operator[](std::size_t i) const noexcept { return items()[i]; }
-
-private:
-    template <class>
-    friend class completion_queue;
-    // Raw storage, not an array of work_completion: those would be zeroed on every poll<N>()
-    // (N × 48 bytes) only to be overwritten by ibv_poll_cq(3). work_completion is an
-    // implicit-lifetime type, so the completions the provider writes here are objects.
-    // (No std::launder: GCC treats it as opaque and could no longer fold begin() + count.)
-    [[nodiscard]] work_completion* items() noexcept { return reinterpret_cast<work_completion*>(storage_); }
-    [[nodiscard]] work_completion const* items() const noexcept {
-        return reinterpret_cast<work_completion const*>(storage_);
-    }
-    struct no_init {};
-    // For poll<N>(), which sets count_ itself: no dead store into the escaped object.
-    explicit completion_batch(no_init) noexcept {}
-    alignas(work_completion) std::byte storage_[N * sizeof(work_completion)];
-    std::uint32_t count_; // 32 bits: ibv_poll_cq(3)'s int is stored without widening
-
-public:
-    /// An empty batch.
-    completion_batch() noexcept : count_(0) {}
-};
 
 /// Completion strategy: the waiter spins on ibv_poll_cq(3). Lowest latency, one core busy.
 struct busy_poll {
@@ -251,6 +130,13 @@ private:
     std::unique_ptr<ibv_comp_channel, deleter> handle_;
 };
 
+namespace detail {
+/// Selects completion_queue's constructor for a CQ made by another verb (ibv_create_cq_ex).
+struct adopt_cq_t {
+    explicit adopt_cq_t() = default;
+};
+} // namespace detail
+
 /// Options of a completion queue at creation. @see ibv_create_cq(3)
 struct cq_options {
     /// The completion vector its events are signalled on: 0 … `context::num_comp_vectors()` - 1.
@@ -272,7 +158,7 @@ struct cq_options {
 /// duration and say so by returning 0 / an empty optional (never by throwing).
 ///
 /// A CQ may move after QPs were made on it (they hold the `ibv_cq`, not this object), and it
-/// follows its context when that moves (`owner()`). Moving one CQ into another first destroys
+/// follows its context when that moves (`context()`). Moving one CQ into another first destroys
 /// the target's CQ (acknowledging its events) and then its own channel, as the destructor does.
 /// Thread-safety: one thread polls or waits on a CQ at a time; moving it is not thread-safe.
 /// @see ibv_create_cq(3), ibv_poll_cq(3), ibv_req_notify_cq(3), ibv_get_cq_event(3)
@@ -292,7 +178,7 @@ public:
     /// @throws argument_error naming the device's count when `opt.comp_vector` is not one of its
     ///         completion vectors (nothing created); sys_error when ibv_create_cq(3) fails (e.g.
     ///         EINVAL past the device's max_cqe).
-    completion_queue(context& ctx, int min_entries, cq_options const& opt = {})
+    completion_queue(rdmacxx::context& ctx, int min_entries, cq_options const& opt = {})
         : ctx_(ctx.anchor_cell()), anchor_(this) {
         check_vector(ctx, opt.comp_vector);
         if constexpr (Completion::uses_channel) own_channel_ = std::make_unique<completion_channel>(ctx);
@@ -301,7 +187,7 @@ public:
 
     /// Creates an `event_driven` CQ whose events arrive on `channel`, which may serve other CQs.
     /// @throws argument_error as the constructor above; sys_error when ibv_create_cq(3) fails.
-    completion_queue(context& ctx, int min_entries, completion_channel& channel,
+    completion_queue(rdmacxx::context& ctx, int min_entries, completion_channel& channel,
                      cq_options const& opt = {}) requires(Completion::uses_channel)
         : ctx_(ctx.anchor_cell()), anchor_(this) {
         check_vector(ctx, opt.comp_vector);
@@ -371,18 +257,7 @@ public:
     /// once more so that a completion that arrived before the arm is not missed, then sleeps on the channel.
     /// @throws sys_error when polling, arming or reading the channel fails.
     std::size_t wait(std::span<work_completion> out) {
-        if constexpr (Completion::uses_channel && requires { Completion::spin; }) {
-            auto const until = std::chrono::steady_clock::now() + Completion::spin;
-            if (std::size_t n = detail::spin_until([&] { return poll(out); }, steady_now, until); n != 0) return n;
-        }
-        for (;;) {
-            if (std::size_t n = poll(out); n != 0) return n;
-            if constexpr (Completion::uses_channel) {
-                arm();
-                if (std::size_t n = poll(out); n != 0) return n;
-                sleep_for_event();
-            }
-        }
+        return wait_with([&] { return poll(out); });
     }
 
     /// Blocks until one completion is there and returns it.
@@ -404,7 +279,7 @@ public:
     /// @throws sys_error when polling, arming, ppoll(2) or reading the channel fails.
     template <class Rep, class Period>
     [[nodiscard]] std::size_t wait(std::span<work_completion> out, std::chrono::duration<Rep, Period> timeout) {
-        return wait_until(out, detail::deadline_after(timeout));
+        return wait_until_with([&] { return poll(out); }, detail::deadline_after(timeout));
     }
 
     /// As `wait_one()`, for at most `timeout`: the completion, or nothing when none came in time.
@@ -412,7 +287,8 @@ public:
     template <class Rep, class Period>
     [[nodiscard]] std::optional<work_completion> wait_one(std::chrono::duration<Rep, Period> timeout) {
         work_completion wc;
-        if (wait_until(std::span{&wc, 1}, detail::deadline_after(timeout)) == 0) return std::nullopt;
+        if (wait_until_with([&] { return poll(std::span{&wc, 1}); }, detail::deadline_after(timeout)) == 0)
+            return std::nullopt;
         return wc;
     }
 
@@ -445,7 +321,7 @@ public:
         if (int rc = ::ibv_resize_cq(cq_.get(), min_entries); rc != 0) [[unlikely]]
             detail::throw_sys(rc, "ibv_resize_cq",
                               "from " + std::to_string(cq_->cqe) + " to " + std::to_string(min_entries) +
-                                  " entries on " + std::string{owner().name()});
+                                  " entries on " + std::string{context().name()});
         return cq_->cqe;
     }
 
@@ -456,7 +332,7 @@ public:
     /// The number of entries the CQ really has (at least the number asked for).
     [[nodiscard]] int capacity() const noexcept { return cq_->cqe; }
     /// The context the CQ lives on, wherever it has moved to.
-    [[nodiscard]] context& owner() const noexcept { return **ctx_; }
+    [[nodiscard]] rdmacxx::context& context() const noexcept { return **ctx_; }
     /// The verbs handle.
     [[nodiscard]] ibv_cq* native_handle() const noexcept { return cq_.get(); }
 
@@ -469,6 +345,60 @@ public:
     [[nodiscard]] completion_queue* const* anchor_cell() const noexcept { return anchor_.cell(); }
     /// @endcond
 
+protected:
+    /// @cond
+    // For a CQ made by another verb (completion_queue_ex: ibv_create_cq_ex): checks the vector,
+    // gives an event-driven CQ without `channel` its own, and adopts what `create(ibv_comp_channel*)`
+    // returns (it throws when creation fails).
+    template <class Create>
+    completion_queue(detail::adopt_cq_t, rdmacxx::context& ctx, int comp_vector, completion_channel* channel,
+                     Create&& create)
+        : ctx_(ctx.anchor_cell()), anchor_(this) {
+        static_assert(!tracked, "an adopted CQ has no in-flight ledger");
+        check_vector(ctx, comp_vector);
+        if constexpr (Completion::uses_channel)
+            if (channel == nullptr) channel = (own_channel_ = std::make_unique<completion_channel>(ctx)).get();
+        cq_.reset(create(channel != nullptr ? channel->native_handle() : nullptr));
+    }
+
+    // The waits of every strategy around `poll()`, which takes what is there and returns how
+    // many (0: none): `wait(out)` and `wait(out, timeout)` are these around ibv_poll_cq(3).
+    template <class Poll>
+    std::size_t wait_with(Poll&& poll) {
+        if constexpr (Completion::uses_channel && requires { Completion::spin; }) {
+            auto const until = std::chrono::steady_clock::now() + Completion::spin;
+            if (std::size_t n = detail::spin_until(poll, steady_now, until); n != 0) return n;
+        }
+        for (;;) {
+            if (std::size_t n = poll(); n != 0) return n;
+            if constexpr (Completion::uses_channel) {
+                arm();
+                if (std::size_t n = poll(); n != 0) return n;
+                sleep_for_event();
+            }
+        }
+    }
+    template <class Poll>
+    std::size_t wait_until_with(Poll&& poll, std::chrono::steady_clock::time_point deadline) {
+        using clock = std::chrono::steady_clock;
+        if constexpr (!Completion::uses_channel) {
+            return detail::spin_until(poll, steady_now, deadline);
+        } else {
+            if constexpr (requires { Completion::spin; }) {
+                auto const spin_end = clock::now() + Completion::spin;
+                auto const until = spin_end < deadline ? spin_end : deadline;
+                if (std::size_t n = detail::spin_until(poll, steady_now, until); n != 0) return n;
+            }
+            for (;;) {
+                if (std::size_t n = poll(); n != 0) return n;
+                arm();
+                if (std::size_t n = poll(); n != 0) return n;
+                if (!sleep_for_event_until(deadline)) return poll(); // timed out: one last look
+            }
+        }
+    }
+    /// @endcond
+
 private:
     static std::chrono::steady_clock::time_point steady_now() noexcept { return std::chrono::steady_clock::now(); }
 
@@ -478,25 +408,6 @@ private:
         cq_.reset(); // before the channel: ibv_destroy_comp_channel(3) fails with EBUSY while a CQ uses it
         own_channel_.reset();
         ledger_ = {};
-    }
-
-    std::size_t wait_until(std::span<work_completion> out, std::chrono::steady_clock::time_point deadline) {
-        using clock = std::chrono::steady_clock;
-        if constexpr (!Completion::uses_channel) {
-            return detail::spin_until([&] { return poll(out); }, steady_now, deadline);
-        } else {
-            if constexpr (requires { Completion::spin; }) {
-                auto const spin_end = clock::now() + Completion::spin;
-                auto const until = spin_end < deadline ? spin_end : deadline;
-                if (std::size_t n = detail::spin_until([&] { return poll(out); }, steady_now, until); n != 0) return n;
-            }
-            for (;;) {
-                if (std::size_t n = poll(out); n != 0) return n;
-                arm();
-                if (std::size_t n = poll(out); n != 0) return n;
-                if (!sleep_for_event_until(deadline)) return poll(out); // timed out: one last look
-            }
-        }
     }
 
     // As sleep_for_event, giving up at `deadline`: false when it passed with no event.
@@ -517,7 +428,7 @@ private:
         }
     }
 
-    static void check_vector(context const& ctx, int vector) {
+    static void check_vector(rdmacxx::context const& ctx, int vector) {
         int const count = ctx.num_comp_vectors();
         if (vector < 0 || vector >= count) [[unlikely]]
             detail::throw_argument("completion vector " + std::to_string(vector) +
@@ -565,7 +476,7 @@ private:
     struct deleter {
         void operator()(ibv_cq* c) const noexcept { (void)::ibv_destroy_cq(c); }
     };
-    context* const* ctx_;                             // the context's stable cell: valid when the context moves
+    rdmacxx::context* const* ctx_;                    // the context's stable cell: valid when the context moves
     std::unique_ptr<completion_channel> own_channel_; // destroyed after cq_ (see destroy())
     std::unique_ptr<ibv_cq, deleter> cq_;
     unsigned unacked_ = 0;

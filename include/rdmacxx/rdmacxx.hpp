@@ -23,6 +23,7 @@
 #include "rdmacxx/cm/resources.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/cq_ex.hpp"
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/end_port.hpp"
 #include "rdmacxx/endpoint.hpp"
@@ -41,4 +42,5 @@
 #include "rdmacxx/thread_domain.hpp"
 #include "rdmacxx/timeouts.hpp"
 #include "rdmacxx/transport.hpp"
+#include "rdmacxx/work_completion.hpp"
 #include "rdmacxx/wr.hpp"

@@ -25,3 +25,8 @@ void use_const(rx::queue_pair<rx::rc, rx::busy_poll>& rc, rx::local_span<std::by
     rx::local_span<std::byte const> const narrowed = rw.first(8);
     rc.post(rx::send{narrowed});
 }
+
+// The fields an extended CQ was created with are read; those always there need none.
+void use_extended(rx::completion_queue_ex<rx::busy_poll, rx::wc_fields<rx::wc_field::src_qp>>& cq) {
+    (void)cq.poll([](auto const& wc) { (void)(wc.src_qp() + wc.wr_id() + wc.vendor_err() + wc.wc_flags()); });
+}

@@ -175,8 +175,8 @@ TEST_CASE("move: every parent moves after its children exist, and every child st
     grow(contexts);
     rx::context& ctx = contexts[0];
     CHECK(&pds[0].context() == &ctx);
-    CHECK(&cqs[0].owner() == &ctx);
-    CHECK(&checked_cqs[0].owner() == &ctx);
+    CHECK(&cqs[0].context() == &ctx);
+    CHECK(&checked_cqs[0].context() == &ctx);
     CHECK(&port.context() == &ctx);
     CHECK(port.to_string() == std::string{ctx.name()} + "/1");
 
@@ -228,7 +228,7 @@ TEST_CASE("move: every parent moves after its children exist, and every child st
         CHECK(&la.pd() == &pds[0]);
         CHECK(&xa.pd() == &pds[0]);
         CHECK(&pds[0].context() == &contexts[0]);
-        CHECK(&cqs[0].owner() == &contexts[0]);
+        CHECK(&cqs[0].context() == &contexts[0]);
         CHECK(port.to_string() == std::string{contexts[0].name()} + "/1");
         // A new region and new QPs on parents that moved under existing children.
         std::vector<std::byte> more(4096);
