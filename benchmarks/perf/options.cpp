@@ -68,11 +68,12 @@ std::string usage() {
            "  -a, --all               every size 2 … 2^23 (atomics: 8)\n"
            "  -n, --iters=N           iterations (default 1000 latency, 5000 bandwidth)\n"
            "  -D, --duration=S        run S seconds instead of -n iterations\n"
-           "  -t, --tx-depth=N        requests outstanding (bandwidth; default 128)\n"
+           "  -t, --tx-depth=N        requests outstanding (default 1 latency, 128 bandwidth)\n"
            "  -r, --rx-depth=N        receives kept posted (SEND tests; default 512)\n"
-           "  -l, --post_list=N       requests per post, one doorbell (default 1)\n"
-           "  -Q, --cq-mod=N          one request in N signaled (default: latency 100, bandwidth\n"
-           "                          min(100, tx depth), as perftest)\n"
+           "  -l, --post_list=N       requests per post: one chain, one doorbell (bandwidth;\n"
+           "                          default 16, within -t)\n"
+           "  -Q, --cq-mod=N          one request in N signaled (latency: min(-Q, -t) as perftest,\n"
+           "                          so every one by default; bandwidth: default 64, within -t)\n"
            "  -I, --inline_size=B     inline messages up to B bytes (default: the device's limit)\n"
            "  -e, --events            sleep on completion events instead of busy-polling\n"
            "  -m, --mtu=BYTES         path MTU: 256 512 1024 2048 4096 (default: the port's)\n"
@@ -86,7 +87,7 @@ std::string usage() {
 options parse(std::vector<std::string> const& args) {
     options o;
     std::vector<std::string> positional;
-    bool all = false, size_given = false, iters_given = false, tx_given = false;
+    bool all = false, size_given = false, iters_given = false, tx_given = false, q_given = false, l_given = false;
     std::size_t size = 0;
     auto apply = [&](flag const& f, std::string const& v) {
         switch (f.short_name) {
@@ -123,9 +124,11 @@ options parse(std::vector<std::string> const& args) {
             break;
         case 'l':
             o.post_list = static_cast<std::uint32_t>(number(f, v, 1, 4096));
+            l_given = true;
             break;
         case 'Q':
             o.cq_mod = static_cast<std::uint32_t>(number(f, v, 1, 16384));
+            q_given = true;
             break;
         case 'I':
             o.inline_size = static_cast<std::uint32_t>(number(f, v, 0, 65536));
@@ -204,16 +207,27 @@ options parse(std::vector<std::string> const& args) {
     if (!iters_given) o.iterations = lat ? 1000 : 5000;
     if (iters_given && o.duration_s > 0) throw usage_error("-n and -D exclude each other");
     if (o.bidirectional && lat) throw usage_error("-b applies to the bandwidth tests only");
-    if (lat && tx_given && o.tx_depth != 1) throw usage_error("-t: latency tests keep one request in flight (-t 1)");
-    if (!tx_given) o.tx_depth = lat ? 1 : 128;
     if (lat && o.post_list != 1) throw usage_error("-l applies to the bandwidth tests only");
-    if (o.cq_mod == 0) o.cq_mod = lat ? 100 : std::min<std::uint32_t>(100, o.tx_depth);
-    if (!lat && o.cq_mod > o.tx_depth)
-        throw usage_error("-Q " + std::to_string(o.cq_mod) + " is over the tx depth -t " + std::to_string(o.tx_depth) +
-                          ": no request would ever be signaled in time");
-    if (!lat && o.post_list > o.tx_depth)
-        throw usage_error("-l " + std::to_string(o.post_list) + " is over the tx depth -t " +
-                          std::to_string(o.tx_depth));
+    if (!tx_given) o.tx_depth = lat ? 1 : 128;
+    if (lat) {
+        // perftest's rule: one in min(-Q, -t) signaled, every request with the default -t 1.
+        o.cq_mod = std::min(q_given ? o.cq_mod : 100U, o.tx_depth);
+    } else {
+        // rdmacxx's own choices where the user said nothing: chains of 16, one in 64 signaled,
+        // within what the tx depth allows.
+        if (q_given && o.cq_mod > o.tx_depth)
+            throw usage_error("-Q " + std::to_string(o.cq_mod) + " is over the tx depth -t " +
+                              std::to_string(o.tx_depth) + ": no request would ever be signaled in time");
+        if (l_given && o.post_list > o.tx_depth)
+            throw usage_error("-l " + std::to_string(o.post_list) + " is over the tx depth -t " +
+                              std::to_string(o.tx_depth));
+        if (!q_given) o.cq_mod = std::max(1U, std::min(64U, o.tx_depth - (l_given ? o.post_list - 1 : 0)));
+        if (!l_given) o.post_list = std::max(1U, std::min(16U, o.tx_depth - o.cq_mod + 1));
+        if (o.cq_mod + o.post_list - 1 > o.tx_depth)
+            throw usage_error("-Q " + std::to_string(o.cq_mod) + " with -l " + std::to_string(o.post_list) +
+                              " needs a tx depth -t of at least " + std::to_string(o.cq_mod + o.post_list - 1) +
+                              " (-Q + -l - 1), not " + std::to_string(o.tx_depth));
+    }
     if (o.op == verb::atomic) {
         if (size_given && size != 8) throw usage_error("-s: atomics move 8 bytes, not " + std::to_string(size));
         o.sizes = {8};
