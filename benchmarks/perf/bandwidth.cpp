@@ -6,6 +6,7 @@
 // first post to the last completion; the peak is the best rate over a tenth of the run.
 
 #include "session.hpp"
+#include "timer.hpp"
 
 #include <array>
 
@@ -13,14 +14,14 @@ namespace perf {
 namespace {
 
 // The best rate (messages per second) over any stretch of at least `window` messages.
-double peak_rate(std::vector<std::pair<clock::time_point, std::uint64_t>> const& marks, std::uint64_t window) {
+double peak_rate(std::vector<std::pair<std::uint64_t, std::uint64_t>> const& marks, std::uint64_t window) {
     double best = 0;
     std::size_t i = 0;
     for (std::size_t j = 1; j < marks.size(); ++j) {
         while (i + 1 < j && marks[j].second - marks[i + 1].second >= window)
             ++i;
         std::uint64_t const n = marks[j].second - marks[i].second;
-        double const dt = std::chrono::duration<double>(marks[j].first - marks[i].first).count();
+        double const dt = micros(marks[i].first, marks[j].first) / 1e6;
         if (n >= window && dt > 0) best = std::max(best, static_cast<double>(n) / dt);
     }
     return best;
@@ -40,10 +41,11 @@ std::tuple<std::uint64_t, double, double> stream(session<Completion>& s, std::si
     std::vector<request> chain;
     chain.reserve(o.post_list);
     std::array<rx::work_completion, 16> wc;
-    std::vector<std::pair<clock::time_point, std::uint64_t>> marks;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> marks; // (ticks, completed)
     marks.reserve(timed ? 1 << 16 : o.iterations / o.cq_mod + 2);
-    auto const start = clock::now();
-    auto const end = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o.duration_s));
+    (void)ticks_per_us(); // calibrated before the run
+    auto const start = ticks();
+    auto const end = start + static_cast<std::uint64_t>(o.duration_s * 1e6 * ticks_per_us());
     marks.emplace_back(start, 0);
     while (completed < total) {
         std::uint64_t const n = std::min<std::uint64_t>(o.post_list, total - posted);
@@ -69,12 +71,12 @@ std::tuple<std::uint64_t, double, double> stream(session<Completion>& s, std::si
             wc[k].throw_if_error();
             completed = std::max(completed, wc[k].wr_id());
         }
-        auto const now = clock::now();
+        auto const now = ticks();
         marks.emplace_back(now, completed);
         if (timed && total == ~std::uint64_t{0} && now >= end) // time is up: finish on a signaled request
             total = posted % o.cq_mod == 0 ? posted : std::max(posted, (posted / o.cq_mod + 1) * o.cq_mod);
     }
-    double const seconds = std::chrono::duration<double>(marks.back().first - start).count();
+    double const seconds = micros(start, marks.back().first) / 1e6;
     return {completed, seconds, peak_rate(marks, std::max<std::uint64_t>(completed / 10, o.cq_mod))};
 }
 

@@ -8,6 +8,7 @@
 // writes are signaled one in -Q, and a signaled one is reaped before the next iteration.
 
 #include "session.hpp"
+#include "timer.hpp"
 
 #include <atomic>
 
@@ -21,14 +22,14 @@ std::vector<double> ping(session<Completion>& s, bool pingpong, Post const& post
     options const& o = s.opt;
     bool const client = o.server.has_value();
     bool const timed = o.duration_s > 0;
-    std::vector<clock::time_point> stamps;
+    std::vector<std::uint64_t> stamps; // ticks: one instruction per sample, as perftest's get_cycles
     stamps.reserve(timed ? 1 << 20 : o.iterations + 1);
-    auto const end =
-        clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(o.duration_s));
+    (void)ticks_per_us(); // calibrated before the run
+    auto const end = ticks() + static_cast<std::uint64_t>(o.duration_s * 1e6 * ticks_per_us());
     std::uint64_t i = 0;
     for (;; ++i) {
         if (client) {
-            auto const now = clock::now();
+            auto const now = ticks();
             if (timed ? now >= end : i == o.iterations) {
                 stamps.push_back(now);
                 break;
@@ -47,7 +48,7 @@ std::vector<double> ping(session<Completion>& s, bool pingpong, Post const& post
     samples.reserve(stamps.size());
     double const scale = pingpong ? 0.5 : 1.0;
     for (std::size_t k = 1; k < stamps.size(); ++k)
-        samples.push_back(std::chrono::duration<double, std::micro>(stamps[k] - stamps[k - 1]).count() * scale);
+        samples.push_back(micros(stamps[k - 1], stamps[k]) * scale);
     return samples;
 }
 
