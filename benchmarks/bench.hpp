@@ -75,13 +75,15 @@ inline rx::context open_device() {
 template <class Completion>
 struct side {
     side(rx::context& ctx, rx::protection_domain& pd)
-        : scq(ctx, cq_entries), rcq(ctx, cq_entries),
-          qp(pd, scq, rcq, {.max_send_wr = send_depth, .max_recv_wr = recv_depth, .max_inline_data = inline_max}),
-          mem(region_bytes), mr(pd.register_memory(std::span{mem}, rx::all_remote)) {}
+        : scq(ctx, cq_entries), rcq(ctx, cq_entries), mem(region_bytes),
+          mr(pd.register_memory(std::span{mem}, rx::all_remote)),
+          qp(pd, scq, rcq, {.max_send_wr = send_depth, .max_recv_wr = recv_depth, .max_inline_data = inline_max}) {}
     rx::completion_queue<Completion> scq, rcq;
-    rx::queue_pair<rx::rc, Completion> qp;
     std::vector<std::byte> mem;
+    // After the region: the QP goes first, so that a checked QP drains the receives it still
+    // holds in the region before the region is deregistered.
     rx::memory_region mr;
+    rx::queue_pair<rx::rc, Completion> qp;
     unsigned raw_unacked_s = 0, raw_unacked_r = 0; // CQ events the raw twin has not acked yet
 
     [[nodiscard]] std::byte volatile* at(std::size_t off) { return mem.data() + off; }
