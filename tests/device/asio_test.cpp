@@ -123,7 +123,7 @@ TEST_CASE("asio: use_future and deferred complete RDMA WRITE, READ, atomics and 
             p.d, p.a,
             rx::fetch_add{local.mr.span<std::uint64_t>(256, 1), remote.mr.remote<std::uint64_t>().subspan(100, 1), 5},
             ::asio::use_future);
-        std::thread runner{[&] { p.io.run_for(20s); }};
+        std::jthread runner{[&] { p.io.run_for(20s); }};
         REQUIRE(w.wait_for(20s) == std::future_status::ready);
         REQUIRE(r.wait_for(20s) == std::future_status::ready);
         REQUIRE(f.wait_for(20s) == std::future_status::ready);
@@ -470,7 +470,7 @@ TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's di
             if (c) server.emplace(std::move(*c));
         });
         auto f = rxa::async_connect<rx::rc, rx::event_driven>(ex, to, opt, ::asio::use_future);
-        std::thread runner{[&] { io.run_for(30s); }};
+        std::jthread runner{[&] { io.run_for(30s); }};
         REQUIRE(f.wait_for(30s) == std::future_status::ready);
         if (auto c = f.get()) client.emplace(std::move(*c));
         runner.join();

@@ -9,6 +9,7 @@
 
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/cm/listener.hpp"
+#include "rdmacxx/detail/wait.hpp"
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -59,7 +60,7 @@ inline ::asio::awaitable<cm::event> expect(cm::event_channel& channel, ::asio::p
                                            cm::event_type want, std::optional<std::chrono::milliseconds> timeout,
                                            std::string const& what, cm::step s = cm::step::other) {
     using namespace ::asio::experimental::awaitable_operators;
-    auto const deadline = std::chrono::steady_clock::now() + timeout.value_or(std::chrono::milliseconds{0});
+    auto const deadline = rdmacxx::detail::deadline_after(timeout.value_or(std::chrono::milliseconds{0}));
     for (;;) {
         std::optional<cm::event> e = channel.try_get();
         if (!e && !timeout) { // no bound: the caller cancels
@@ -169,16 +170,19 @@ template <transport Transport, completion_strategy Completion, post_policy Post>
     if (int err = c.monitor().disconnect(); err != 0) [[unlikely]]
         rdmacxx::detail::throw_sys(err, "rdma_disconnect", "from " + c.peer_name());
     if (!c.monitor().watching()) co_return; // a shared channel's loop sees the rest
-    // The monitor thread owns the connection's channel: look at what it saw every millisecond.
-    auto const deadline = std::chrono::steady_clock::now() + timeout;
+    // The monitor thread owns the connection's channel: look at what it saw after 1 ms, then
+    // at doubling intervals of at most 32 ms (a few dozen wake-ups per disconnect, not one per ms).
+    auto const deadline = rdmacxx::detail::deadline_after(timeout);
     ::asio::steady_timer tick{co_await ::asio::this_coro::executor};
+    std::chrono::milliseconds interval{1};
     while (!c.monitor().wait_ended(std::chrono::milliseconds{0}, false)) {
         if (std::chrono::steady_clock::now() >= deadline) [[unlikely]]
             throw cm::timeout_error(cm::step::disconnect, "no disconnected event within " +
                                                               std::to_string(timeout.count()) +
                                                               " ms while disconnecting from " + c.peer_name());
-        tick.expires_after(std::chrono::milliseconds{1});
+        tick.expires_after(interval);
         co_await tick.async_wait(::asio::use_awaitable);
+        interval = std::min(interval * 2, std::chrono::milliseconds{32});
     }
 }
 

@@ -158,9 +158,9 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted) {
 /// on its CQ (acknowledged in batches of `completion_queue::ack_batch`), and for a routed CQ
 /// polls until empty, arms it, and polls again (arm-then-poll: a completion that lands between
 /// the last poll and the arm is not missed); each completion's `wr_id` names a slot and the
-/// generation that posted it, and the slot's handler is dispatched to its own executor with the
-/// completion. A completion whose tag names no pending operation (a cancelled one's, or one not
-/// posted through the dispatcher) is dropped and counted (`dropped()`, `stray()`).
+/// generation that posted it, and the slot's handler is posted to its own executor with the
+/// completion (never run inside the drain). A completion whose tag names no pending operation (a cancelled one's, or
+/// one not posted through the dispatcher) is dropped and counted (`dropped()`, `stray()`).
 ///
 /// The descriptor is waited on only while operations are pending, so `io_context::run` returns
 /// when the last one has completed. A cancelled operation does not keep it waiting: its
@@ -170,9 +170,13 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted) {
 ///
 /// No heap allocation per operation in steady state: handlers up to 192 bytes (callbacks,
 /// coroutine handlers) live in the slot; a larger one uses its associated allocator.
-/// Thread-safety: not thread-safe; use it, its operations and its CQs from the one thread (or
-/// strand) running its executor. Must outlive its operations; destroying it destroys the
-/// handlers of pending operations without calling them. Must be destroyed before its channel and CQs.
+/// Thread-safety: not thread-safe; use it, its operations and its CQs from the one thread
+/// running its executor's `io_context` (a single-threaded `io_context`: with several threads in
+/// `run()`, another thread may take the descriptor's edge between the dispatcher's look and its
+/// wait). A routed CQ carries only requests posted through the dispatcher, and the channel has
+/// no other consumer (`cq.wait()` on it would take the dispatcher's events). An added CQ must
+/// not be moved. Must outlive its operations; destroying it destroys the handlers of pending
+/// operations without calling them. Must be destroyed before its channel and CQs.
 /// @see ibv_get_cq_event(3), ibv_req_notify_cq(3), ibv_ack_cq_events(3)
 class completion_dispatcher {
 public:
@@ -474,7 +478,9 @@ private:
                 release(index);
                 continue;
             }
-            complete(index, detail::op_result{wc.error_code(), wc, 0}, false);
+            // Posted, never run inline: a handler then cannot re-enter the drain (add a CQ, throw
+            // through it and lose the rest of the batch).
+            complete(index, detail::op_result{wc.error_code(), wc, 0}, true);
         }
     }
 
@@ -488,7 +494,7 @@ private:
         }
         if (n == 0) return;
         std::uint32_t const w = std::exchange(e.waiter, npos);
-        complete(w, detail::op_result{{}, {}, n}, false);
+        complete(w, detail::op_result{{}, {}, n}, true);
     }
 
     // The descriptor or the channel failed: every pending operation completes with `ec`.
