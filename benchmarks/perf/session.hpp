@@ -7,6 +7,7 @@
 #include "exchange.hpp"
 #include "options.hpp"
 #include "report.hpp"
+#include "timer.hpp"
 
 #include "rdmacxx/rdmacxx.hpp"
 
@@ -20,11 +21,11 @@
 namespace perf {
 
 namespace rx = rdmacxx;
-using clock = std::chrono::steady_clock;
 
 /// Bounds every wait: a wait that sees no progress for `stall_limit` throws; in a timed run (-D)
-/// it also notices the peer's "done" on the out-of-band channel. The clock is read once per
-/// 1024 empty polls, never on the path that finds work.
+/// it also notices the peer's "done" on the out-of-band channel. It reads the TSC (never
+/// clock_gettime(2), a system call under emulation) once per 1024 empty polls, never on the path
+/// that finds work.
 class watchdog {
 public:
     watchdog(channel& oob, bool listen_for_stop) : oob_(&oob), listen_(listen_for_stop) {}
@@ -33,10 +34,10 @@ public:
     /// @throws std::runtime_error after `stall_limit` without progress.
     bool idle(bool now = false) {
         if (!now && (++spins_ & 1023U) != 0) return false;
-        auto const t = clock::now();
+        std::uint64_t const t = ticks();
         if (moved_) {
             moved_ = false;
-            stall_until_ = t + stall_limit;
+            stall_until_ = t + stall_ticks();
         } else if (t > stall_until_) {
             throw std::runtime_error("no progress for " + std::to_string(stall_limit.count()) +
                                      " s: is the peer still running the same test?");
@@ -58,11 +59,15 @@ public:
     static constexpr std::chrono::seconds stall_limit{30};
 
 private:
+    static std::uint64_t stall_ticks() {
+        return static_cast<std::uint64_t>(static_cast<double>(stall_limit.count()) * 1e6 * ticks_per_us());
+    }
+
     channel* oob_;
     bool listen_;
     bool moved_ = true;
     std::uint32_t spins_ = 0;
-    clock::time_point stall_until_{};
+    std::uint64_t stall_until_ = 0;
     std::optional<std::uint64_t> peer_total_;
 };
 
