@@ -4,7 +4,8 @@
 // Usage: devinfo [-d DEVICE] [-v]
 //   -d DEVICE  only this device
 //   -v         also the P_Key table, the device limits and capabilities (typed, from
-//              ibv_query_device_ex) and the GID table of every port read in one call
+//              ibv_query_device_ex), whether thread and parent domains are there (probed)
+//              and the GID table of every port read in one call
 #include <rdmacxx/rdmacxx.hpp>
 
 #include <cstdio>
@@ -35,6 +36,21 @@ std::uint32_t probe_max_inline(rx::context& ctx) {
         (fits(mid) ? lo : hi) = mid;
     }
     return lo;
+}
+
+// Thread and parent domains are not in the device query either: the single-threaded resource
+// policy is tried (a thread domain, a parent domain with it, an extended CQ in that), and what the
+// device refuses first is named.
+std::string probe_domains(rx::context& ctx) {
+    try {
+        rx::protection_domain pd(ctx);
+        rx::thread_domain td(ctx);
+        rx::parent_domain const parent(pd, td);
+        rx::completion_queue_ex<rx::busy_poll> const cq(parent, 1);
+        return "yes (a single-threaded CQ made in a parent domain with a thread domain)";
+    } catch (rx::not_supported_error const& e) {
+        return "no (" + e.verb() + ": " + e.code().message() + ")";
+    }
 }
 
 void print_device(rx::device dev, bool verbose) {
@@ -85,7 +101,8 @@ void print_device(rx::device dev, bool verbose) {
                   << "\tcompletion_timestamp:\tmask " << l.completion_timestamp_mask() << ", clock "
                   << l.core_clock_khz() << " kHz\n"
                   << "\tmax_inline_data:\t" << probe_max_inline(ctx)
-                  << " (probed: the largest an RC QP is created with)\n";
+                  << " (probed: the largest an RC QP is created with)\n"
+                  << "\tthread/parent domains:\t" << probe_domains(ctx) << '\n';
     }
     std::uint8_t const ports = ctx.port_count();
     std::cout << "\tphys_port_cnt:\t\t" << static_cast<unsigned>(ports) << '\n';

@@ -2,16 +2,19 @@
 /// @file
 /// The extended CQ: `completion_queue_ex<Completion, Fields>`, made by ibv_create_cq_ex(3) and
 /// polled in place (ibv_start_poll, ibv_next_poll, ibv_end_poll, ibv_wc_read_*), with the
-/// optional completion fields (`wc_field`, `wc_fields<…>`) chosen at compile time.
+/// optional completion fields (`wc_field`, `wc_fields<…>`) chosen at compile time, on a context
+/// or in a parent domain.
 
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/parent_domain.hpp"
 
 #include <arpa/inet.h>
 
 #include <cerrno>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -99,8 +102,35 @@ struct cq_ex_options {
     void* user_context = nullptr;
     /// IBV_CREATE_CQ_ATTR_SINGLE_THREADED: the caller promises one thread at a time on this CQ,
     /// so a provider may poll without its lock (mlx5 does; rxe accepts the flag and still locks).
+    /// Implied for a CQ made in a parent domain that has a thread domain.
     bool single_threaded = false;
 };
+
+namespace detail {
+/// The ibv_create_cq_ex(3) attributes of an extended CQ of `entries` entries with `wc_flags`:
+/// IBV_CQ_INIT_ATTR_MASK_FLAGS with IBV_CREATE_CQ_ATTR_SINGLE_THREADED when `single_threaded`,
+/// IBV_CQ_INIT_ATTR_MASK_PD with `parent_domain` when `parent_domain` is not null. No channel,
+/// vector or user context (the caller's).
+[[nodiscard]] inline ibv_cq_init_attr_ex cq_ex_init_attributes(std::uint32_t entries, std::uint64_t wc_flags,
+                                                               bool single_threaded, ibv_pd* parent_domain) noexcept {
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = entries;
+    attr.wc_flags = wc_flags;
+    if (single_threaded) {
+        attr.comp_mask |= static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS);
+        attr.flags = static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+    }
+    if (parent_domain != nullptr) {
+        attr.comp_mask |= static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_PD);
+        attr.parent_domain = parent_domain;
+    }
+    return attr;
+}
+
+/// A plain protection domain (not a parent domain), const or not.
+template <class T>
+concept plain_protection_domain = std::same_as<std::remove_const_t<T>, protection_domain>;
+} // namespace detail
 
 /// The current completion of an extended CQ while `completion_queue_ex::poll` hands it to the
 /// caller: a view, valid only during that call (the provider's buffer moves on after it). Reading
@@ -317,9 +347,20 @@ private:
 /// overruns rxe's CQ when ibv_next_poll finds it empty and ibv_end_poll follows, as the manual
 /// asks (fixed by rdma-core b78b414, "rxe: fix completion queue consumer index overrun").
 ///
+/// Made in a `parent_domain` (the constructors that take one), it is the CQ of the single-threaded
+/// resource policy (see `thread_domain`): the provider allocates it through the parent domain and,
+/// with the single-threaded flag that a thread domain implies, polls it without a lock. Its QPs
+/// are made in the same parent domain. The parent domain must outlive the CQ (the provider holds a
+/// reference: mlx5 refuses to free a parent domain that still has CQs). rxe has no parent
+/// domains, so there such a CQ is never made: `thread_domain` and `parent_domain` throw first.
+/// `completion_queue_ex<Completion>` (no fields) in a parent domain serves as a plain
+/// `completion_queue<Completion>` there.
+///
 /// Thread-safety: one thread polls or waits at a time (with `cq_ex_options::single_threaded`,
-/// the provider no longer protects itself against a second one).
-/// @see ibv_create_cq_ex(3), ibv_start_poll(3), ibv_next_poll(3), ibv_end_poll(3)
+/// or in a parent domain with a thread domain, the provider no longer protects itself against a
+/// second one).
+/// @see ibv_create_cq_ex(3), ibv_start_poll(3), ibv_next_poll(3), ibv_end_poll(3),
+///      ibv_alloc_parent_domain(3)
 template <class Completion, class Fields = wc_fields<>>
 class completion_queue_ex : public completion_queue<Completion> {
     using base = completion_queue<Completion>;
@@ -342,7 +383,7 @@ public:
     ///         otherwise.
     completion_queue_ex(rdmacxx::context& ctx, int min_entries, cq_ex_options const& opt = {})
         : base(detail::adopt_cq_t{}, ctx, opt.comp_vector, nullptr,
-               [&](ibv_comp_channel* ch) { return create(ctx, min_entries, ch, opt); }),
+               [&](ibv_comp_channel* ch) { return create(ctx, min_entries, ch, opt, nullptr); }),
           batched_(batches(ctx)) {}
 
     /// Creates an `event_driven` or `adaptive` extended CQ whose events arrive on `channel`,
@@ -351,8 +392,46 @@ public:
     completion_queue_ex(rdmacxx::context& ctx, int min_entries, completion_channel& channel,
                         cq_ex_options const& opt = {}) requires(Completion::uses_channel)
         : base(detail::adopt_cq_t{}, ctx, opt.comp_vector, &channel,
-               [&](ibv_comp_channel* ch) { return create(ctx, min_entries, ch, opt); }),
+               [&](ibv_comp_channel* ch) { return create(ctx, min_entries, ch, opt, nullptr); }),
           batched_(batches(ctx)) {}
+
+    /// Creates an extended CQ of at least `min_entries` entries in the parent domain `parent`, on
+    /// its context: ibv_create_cq_ex(3) with IBV_CQ_INIT_ATTR_MASK_PD and `parent` as the
+    /// `parent_domain`, and IBV_CREATE_CQ_ATTR_SINGLE_THREADED when `parent` has a thread domain
+    /// or `opt.single_threaded` asks for it; otherwise as the constructor on a context. `parent`
+    /// must outlive the CQ; make the CQ's QPs in `parent` too.
+    /// @throws argument_error when `parent` is empty (moved from), `min_entries` < 1 or
+    ///         `opt.comp_vector` is not one of the device's vectors (nothing created);
+    ///         not_supported_error naming ibv_create_cq_ex, the device and what it refuses alone
+    ///         ("a parent domain (IBV_CQ_INIT_ATTR_MASK_PD)", a field, the single-threaded flag);
+    ///         sys_error when ibv_create_cq_ex(3) fails otherwise.
+    completion_queue_ex(parent_domain const& parent, int min_entries, cq_ex_options const& opt = {})
+        : base(detail::adopt_cq_t{}, nonempty(parent).context(), opt.comp_vector, nullptr,
+               [&](ibv_comp_channel* ch) {
+                   return create(parent.context(), min_entries, ch, in_domain(parent, opt), &parent);
+               }),
+          batched_(batches(parent.context())) {}
+
+    /// Creates an `event_driven` or `adaptive` extended CQ in the parent domain `parent` whose
+    /// events arrive on `channel`, which may serve other CQs; otherwise as the constructor above.
+    /// @throws as the constructor above.
+    completion_queue_ex(parent_domain const& parent, int min_entries, completion_channel& channel,
+                        cq_ex_options const& opt = {}) requires(Completion::uses_channel)
+        : base(detail::adopt_cq_t{}, nonempty(parent).context(), opt.comp_vector, &channel,
+               [&](ibv_comp_channel* ch) {
+                   return create(parent.context(), min_entries, ch, in_domain(parent, opt), &parent);
+               }),
+          batched_(batches(parent.context())) {}
+
+    /// A plain `protection_domain` where a parent domain is expected: does not compile, with the
+    /// reason (verbs would ignore it or refuse it at run time, depending on the provider).
+    template <detail::plain_protection_domain Pd, class... Rest>
+    completion_queue_ex(Pd& pd, int min_entries, Rest&&... /*rest*/)
+        : completion_queue_ex(pd.context(), min_entries) { // delegates so that the assertion is the one error
+        static_assert(std::is_same_v<Pd, parent_domain>,
+                      "an extended CQ is made on a context or in a parent_domain, not in a protection_domain: pass "
+                      "the parent_domain itself (or pd.context() for a CQ outside any domain)");
+    }
 
     /// Takes up to `N` completions that are there, without blocking, handing each to
     /// `visit(completion const&)`; returns how many. As `poller().poll<N>(visit)`: in a hot loop,
@@ -395,53 +474,57 @@ public:
     }
 
 private:
-    static ibv_cq* create(rdmacxx::context& ctx, int min_entries, ibv_comp_channel* channel, cq_ex_options const& opt) {
+    // `parent`, checked before anything is created: a moved-from parent domain has no handle.
+    static parent_domain const& nonempty(parent_domain const& parent) {
+        if (parent.native_handle() == nullptr) [[unlikely]]
+            detail::throw_argument("an extended CQ in a parent domain: the parent domain is empty (moved from)");
+        return parent;
+    }
+    // `opt` for a CQ in `parent`: a thread domain implies the single-threaded flag.
+    static cq_ex_options in_domain(parent_domain const& parent, cq_ex_options opt) noexcept {
+        opt.single_threaded = opt.single_threaded || parent.td() != nullptr;
+        return opt;
+    }
+
+    static ibv_cq* create(rdmacxx::context& ctx, int min_entries, ibv_comp_channel* channel, cq_ex_options const& opt,
+                          parent_domain const* parent) {
         if (min_entries < 1) [[unlikely]]
             detail::throw_argument("an extended CQ has at least 1 entry, not " + std::to_string(min_entries));
-        ibv_cq_init_attr_ex attr =
-            attributes(static_cast<std::uint32_t>(min_entries), Fields::mask, opt.single_threaded);
+        ibv_pd* const domain = parent != nullptr ? parent->native_handle() : nullptr;
+        ibv_cq_init_attr_ex attr = detail::cq_ex_init_attributes(static_cast<std::uint32_t>(min_entries), Fields::mask,
+                                                                 opt.single_threaded, domain);
         attr.cq_context = opt.user_context;
         attr.channel = channel;
         attr.comp_vector = static_cast<std::uint32_t>(opt.comp_vector);
         ibv_cq_ex* const cq = ::ibv_create_cq_ex(ctx.native_handle(), &attr);
         if (cq == nullptr) [[unlikely]]
-            refuse(errno, ctx, min_entries, opt.single_threaded);
+            refuse(errno, ctx, min_entries, opt.single_threaded, domain);
         return ::ibv_cq_ex_to_cq(cq);
     }
 
-    static ibv_cq_init_attr_ex attributes(std::uint32_t entries, std::uint64_t wc_flags,
-                                          bool single_threaded) noexcept {
-        ibv_cq_init_attr_ex attr{};
-        attr.cqe = entries;
-        attr.wc_flags = wc_flags;
-        if (single_threaded) {
-            attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
-            attr.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
-        }
-        return attr;
-    }
-
     // ibv_create_cq_ex failed with `err`: when the device does not have something asked for,
-    // names each field (and the flag) that it refuses alone, found by asking for each in turn.
-    [[noreturn]] RDMACXX_COLD static void refuse(int err, rdmacxx::context& ctx, int min_entries,
-                                                 bool single_threaded) {
+    // names each field (and the flag, and the parent domain) that it refuses alone, found by
+    // asking for each in turn.
+    [[noreturn]] RDMACXX_COLD static void refuse(int err, rdmacxx::context& ctx, int min_entries, bool single_threaded,
+                                                 ibv_pd* domain) {
         if (err == 0) err = EIO;
         std::string const device{ctx.name()};
         if (detail::means_not_supported(err) || err == EINVAL) {
-            auto const refused = [&](std::uint64_t wc_flags, bool flag) {
-                ibv_cq_init_attr_ex attr = attributes(1, wc_flags, flag);
+            auto const refused = [&](std::uint64_t wc_flags, bool flag, ibv_pd* in_domain) {
+                ibv_cq_init_attr_ex attr = detail::cq_ex_init_attributes(1, wc_flags, flag, in_domain);
                 ibv_cq_ex* const probe = ::ibv_create_cq_ex(ctx.native_handle(), &attr);
                 if (probe == nullptr) return true;
                 (void)::ibv_destroy_cq(::ibv_cq_ex_to_cq(probe));
                 return false;
             };
             std::string names;
+            auto const name = [&](std::string const& what) { names += (names.empty() ? "" : ", ") + what; };
             Fields::for_each([&](wc_field f) {
-                if (refused(static_cast<std::uint64_t>(f), false)) names += (names.empty() ? "" : ", ") + describe(f);
+                if (refused(static_cast<std::uint64_t>(f), false, nullptr)) name(describe(f));
             });
-            if (single_threaded && refused(0, true))
-                names += (names.empty() ? "" : ", ") +
-                         std::string{"the single-threaded flag (IBV_CREATE_CQ_ATTR_SINGLE_THREADED)"};
+            if (single_threaded && refused(0, true, nullptr))
+                name("the single-threaded flag (IBV_CREATE_CQ_ATTR_SINGLE_THREADED)");
+            if (domain != nullptr && refused(0, false, domain)) name("a parent domain (IBV_CQ_INIT_ATTR_MASK_PD)");
             if (!names.empty())
                 throw not_supported_error(err, "ibv_create_cq_ex",
                                           "on " + device + ": the device does not provide " + names +
@@ -449,7 +532,8 @@ private:
         }
         detail::throw_verb(err, "ibv_create_cq_ex",
                            "on " + device + " for an extended CQ of " + std::to_string(min_entries) +
-                               " entries with wc_flags 0x" + detail::hex(Fields::mask));
+                               " entries with wc_flags 0x" + detail::hex(Fields::mask) +
+                               (domain != nullptr ? " in a parent domain" : ""));
     }
 
     // rxe (vendor ID 0xffffff) takes one completion per batch: see the class.

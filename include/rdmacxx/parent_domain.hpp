@@ -17,7 +17,9 @@ inline namespace v0 {
 /// A parent domain (`ibv_alloc_parent_domain`): an `ibv_pd` made from a protection domain and,
 /// optionally, a thread domain. It *is* a `protection_domain` (it derives from it), so QPs,
 /// SRQs, address handles and memory regions are created in it exactly as in any domain:
-/// `queue_pair<rc, busy_poll> qp{parent, cq, cq, caps}`, `parent.register_memory(...)`.
+/// `queue_pair<rc, busy_poll> qp{parent, cq, cq, caps}`, `parent.register_memory(...)`. CQs,
+/// which verbs make outside any protection domain, join it as extended CQs:
+/// `completion_queue_ex<busy_poll> cq{parent, 256}` (see cq_ex.hpp).
 /// Objects created in it are protected by `pd()`'s keys; with a thread domain they follow its
 /// single-threaded resource policy (see `thread_domain`): the provider may post to and poll
 /// them without locks, and the program must drive each from one thread at a time.

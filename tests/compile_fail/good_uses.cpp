@@ -30,3 +30,11 @@ void use_const(rx::queue_pair<rx::rc, rx::busy_poll>& rc, rx::local_span<std::by
 void use_extended(rx::completion_queue_ex<rx::busy_poll, rx::wc_fields<rx::wc_field::src_qp>>& cq) {
     (void)cq.poll([](auto const& wc) { (void)(wc.src_qp() + wc.wr_id() + wc.vendor_err() + wc.wc_flags()); });
 }
+
+// An extended CQ in a parent domain, alone or on a channel, and a plain CQ's role played by one.
+void use_parent_domain(rx::parent_domain const& parent, rx::completion_channel& channel) {
+    rx::completion_queue_ex<rx::busy_poll, rx::standard_wc_fields> const polled(parent, 16, {.single_threaded = true});
+    rx::completion_queue_ex<rx::event_driven> const shared(parent, 16, channel);
+    rx::completion_queue<rx::event_driven> const& plain = shared;
+    (void)plain;
+}

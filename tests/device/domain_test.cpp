@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fcntl.h>
@@ -15,6 +16,8 @@
 #include <string_view>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <system_error>
+#include <type_traits>
 #include <unistd.h>
 #include <vector>
 
@@ -168,6 +171,81 @@ TEST_CASE("parent_domain: a protection_domain QPs and MRs are made in, or refuse
     rx::completion_queue<rx::busy_poll> cq{ctx, 16};
     rx::queue_pair<rx::rc, rx::busy_poll> const qp{as_pd, cq, cq, {}};
     CHECK(qp.native_handle()->pd == parent.native_handle());
+}
+
+TEST_CASE("completion_queue_ex in a parent domain: made single-threaded where the device has parent domains; on rxe "
+          "the thread domain and parent domain it needs are refused naming the verb and the device, and rxe's "
+          "ibv_create_cq_ex ignores IBV_CQ_INIT_ATTR_MASK_PD") {
+    rx::context ctx = test::open_test_device();
+    std::string const dev{ctx.name()};
+    rx::protection_domain pd{ctx};
+    // A plain protection domain is not a place for a CQ: that does not compile
+    // (tests/compile_fail/cq_ex_in_protection_domain.cpp); a parent domain is.
+    static_assert(std::is_constructible_v<rx::completion_queue_ex<rx::busy_poll>, rx::parent_domain const&, int>);
+    if (is_rxe(ctx)) {
+        std::string const refused = " (" + std::system_category().message(EOPNOTSUPP) + ")";
+        // The program's path to a lock-free CQ: a thread domain, a parent domain with it, the CQ
+        // in the parent domain. rxe refuses the first step ...
+        try {
+            rx::thread_domain td{ctx};
+            rx::parent_domain const parent{pd, td};
+            rx::completion_queue_ex<rx::busy_poll> const cq{parent, 16};
+            FAIL("rxe made a CQ in a parent domain with a thread domain");
+        } catch (rx::not_supported_error const& e) {
+            MESSAGE("rxe refused: " << std::string{e.what()});
+            CHECK(e.verb() == "ibv_alloc_td");
+            CHECK(e.errno_value() == EOPNOTSUPP);
+            CHECK(std::string{e.what()} == "ibv_alloc_td failed on " + dev + ": allocating a thread domain" + refused);
+        }
+        // ... and a parent domain without one, so no parent_domain exists for a CQ to be made in.
+        try {
+            rx::parent_domain const parent{pd};
+            rx::completion_queue_ex<rx::busy_poll> const cq{parent, 16};
+            FAIL("rxe made a CQ in a parent domain");
+        } catch (rx::not_supported_error const& e) {
+            MESSAGE("rxe refused: " << std::string{e.what()});
+            CHECK(e.verb() == "ibv_alloc_parent_domain");
+            CHECK(e.errno_value() == EOPNOTSUPP);
+            CHECK(std::string{e.what()} == "ibv_alloc_parent_domain failed on " + dev +
+                                               ": allocating a parent domain without a thread domain" + refused);
+        }
+        // What rxe does with the attributes such a CQ is created with, given the plain PD that
+        // the type rules out: rdma-core 44 lets IBV_CQ_INIT_ATTR_MASK_PD through
+        // (ibv_cmd_create_cq_ex), rxe never reads parent_domain, and the kernel is not told. An
+        // ordinary CQ comes back: on rxe nothing but the type would catch a plain PD.
+        ibv_cq_init_attr_ex attr = rx::detail::cq_ex_init_attributes(16, 0, true, pd.native_handle());
+        CHECK(attr.comp_mask == static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD));
+        CHECK(attr.flags == static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED));
+        CHECK(attr.parent_domain == pd.native_handle());
+        errno = 0;
+        ibv_cq_ex* const raw = ::ibv_create_cq_ex(ctx.native_handle(), &attr);
+        REQUIRE_MESSAGE(raw != nullptr,
+                        "rxe refused IBV_CQ_INIT_ATTR_MASK_PD with a plain PD: " << std::string{std::strerror(errno)});
+        ibv_wc wc{};
+        CHECK(::ibv_poll_cq(::ibv_cq_ex_to_cq(raw), 1, &wc) == 0);
+        CHECK(::ibv_destroy_cq(::ibv_cq_ex_to_cq(raw)) == 0);
+        return;
+    }
+    // A device with thread and parent domains: the CQ is made in the parent domain (single-threaded:
+    // the thread domain implies it), QPs in the same domain complete on it, and it is polled.
+    rx::thread_domain td{ctx};
+    rx::parent_domain parent{pd, td};
+    rx::completion_queue_ex<rx::busy_poll, rx::standard_wc_fields> cq{parent, 16};
+    rx::end_port port{ctx};
+    rx::queue_pair<rx::rc, rx::busy_poll> a{parent, cq, cq, {}}, b{parent, cq, cq, {}};
+    a.connect(port, b.local_endpoint(port), {.remote_access = rx::all_remote});
+    b.connect(port, a.local_endpoint(port), {.remote_access = rx::all_remote});
+    test::buffer src{parent, 64}, dst{parent, 64};
+    a.post(rx::write{src.span().first(8), dst.mr.remote().first(8)}.id(7));
+    std::uint64_t wr_id = 0;
+    REQUIRE(cq.wait<1>(
+                [&](auto const& c) {
+                    c.throw_if_error();
+                    wr_id = c.wr_id();
+                },
+                std::chrono::seconds{10}) == 1);
+    CHECK(wr_id == 7);
+    CHECK(a.native_handle()->send_cq == cq.native_handle());
 }
 
 TEST_CASE("register_dmabuf: a real dma-buf is registered, or refused by rxe with not_supported_error naming "
