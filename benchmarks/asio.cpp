@@ -22,7 +22,8 @@
 //                  the wall clock (UseRealTime); msgs is messages per second.
 // Every row also reports allocs_per_op: heap allocations (this program counts global operator
 // new) per operation over the timed loop, an operation being one posted request or receive
-// (4 per round trip, 2 per message of the rate row).
+// (4 per round trip, 2 per message of the rate row); the raw twin also reports how often it
+// slept in ibv_get_cq_event (events_per_iter, events_per_msg).
 //
 // Identical verbs work. Each twin of each row has its own loopback pair: two RC QPs connected to
 // each other, whose send and receive queues all complete on ONE CQ with its own completion
@@ -39,6 +40,12 @@
 //     the plain and raw twins sleep in a blocking ibv_get_cq_event around poll, arm, poll, one
 //     wait at a time (up to 16 completions per poll), in a single loop that tells completions
 //     apart by wr_id;
+//   - on rxe a request is carried out within the system call that posts it, so its completion
+//     is mostly there already when the plain and raw loops poll before arming: they seldom
+//     sleep (the raw twin's events_per_iter and events_per_msg say how often). The dispatcher
+//     routes completions only when the channel reports them, so every batch costs it a wake-up
+//     of the reactor (epoll_wait, the event's read, ibv_req_notify_cq, a read that finds no
+//     more events, poll(2), Asio's epoll_ctl before it waits again);
 //   - order: a coroutine reposts its receive after what it does with the message (a's pinger
 //     after posting the next ping, b's ponger after its pong's completion); the plain and raw
 //     loops repost a's receive right after the next ping and b's right after its pong.
@@ -335,8 +342,8 @@ private:
             if (kind == row::send_rtt)
                 (void)co_await rxa::async_post(d, p.a, rx::send{p.local(a_src, msg_bytes)}.inlined(), use_awaitable);
             else
-                (void)co_await rxa::async_post(d, p.a, rx::write_imm{p.local(a_src, msg_bytes), p.remote(b_dst), 7}.inlined(),
-                                               use_awaitable);
+                (void)co_await rxa::async_post(
+                    d, p.a, rx::write_imm{p.local(a_src, msg_bytes), p.remote(b_dst), 7}.inlined(), use_awaitable);
         }
     }
 
@@ -349,8 +356,8 @@ private:
             if (kind == row::send_rtt)
                 (void)co_await rxa::async_post(d, p.b, rx::send{p.local(b_src, msg_bytes)}.inlined(), use_awaitable);
             else
-                (void)co_await rxa::async_post(d, p.b, rx::write_imm{p.local(b_src, msg_bytes), p.remote(a_dst), 7}.inlined(),
-                                               use_awaitable);
+                (void)co_await rxa::async_post(
+                    d, p.b, rx::write_imm{p.local(b_src, msg_bytes), p.remote(a_dst), 7}.inlined(), use_awaitable);
         }
     }
 };
@@ -401,7 +408,6 @@ private:
 
 /// What the plain twin does with the verbs: rdmacxx calls.
 struct plain_ops {
-    static constexpr char const* name = "plain";
     static void post(loopback& p, bool at_a, row r) {
         auto& qp = at_a ? p.a : p.b;
         auto const src = p.local(at_a ? a_src : b_src, msg_bytes);
@@ -429,12 +435,13 @@ struct plain_ops {
             }
         }
         void settle(loopback&) {}
+        static constexpr bool counts_events = false;
+        std::uint64_t events = 0;
     };
 };
 
 /// What the raw twin does with the verbs: libibverbs calls, as a careful C programmer writes them.
 struct raw_ops {
-    static constexpr char const* name = "raw";
     [[noreturn]] static void fail(char const* verb, int rc) {
         throw std::runtime_error(std::string{verb} + " failed: " + std::to_string(rc));
     }
@@ -477,6 +484,7 @@ struct raw_ops {
     struct waiter {
         std::array<ibv_wc, 16> wc;
         unsigned unacked = 0;
+        std::uint64_t events = 0; // CQ events taken: how often the loop slept
         template <class F>
         void operator()(loopback& p, F&& f) {
             ibv_cq* const cq = p.cq.native_handle();
@@ -492,6 +500,7 @@ struct raw_ops {
                 void* ev_ctx = nullptr;
                 if (::ibv_get_cq_event(cq->channel, &ev_cq, &ev_ctx) != 0) [[unlikely]]
                     fail("ibv_get_cq_event", errno);
+                ++events;
                 if (++unacked == ack_every) {
                     ::ibv_ack_cq_events(ev_cq, unacked);
                     unacked = 0;
@@ -506,6 +515,7 @@ struct raw_ops {
                 f(w.wr_id);
             }
         }
+        static constexpr bool counts_events = true;
         /// Acknowledges the events not acknowledged yet (before the CQ goes).
         void settle(loopback& p) {
             if (unacked != 0) ::ibv_ack_cq_events(p.cq.native_handle(), unacked);
@@ -548,7 +558,7 @@ struct loop_rtt {
     }
 
     void run(benchmark::State& st, row r, samples& s) {
-        std::uint64_t const a0 = allocated();
+        std::uint64_t const a0 = allocated(), e0 = wait.events;
         bool repost_a = false;
         for (auto _ : st) {
             auto const t0 = clock_type::now();
@@ -566,6 +576,9 @@ struct loop_rtt {
             s.add(t);
         }
         report_allocations(st, allocated() - a0, 4.0 * static_cast<double>(st.iterations()));
+        if constexpr (Ops::waiter::counts_events)
+            st.counters["events_per_iter"] =
+                static_cast<double>(wait.events - e0) / static_cast<double>(std::max<std::int64_t>(st.iterations(), 1));
         // Untimed: leave the pair as it was (2 receives on each side, every completion reaped).
         if (repost_a) Ops::recv(p, true, ka++ % pp_recvs);
         while (sends != 0)
@@ -598,7 +611,7 @@ struct loop_rate {
     std::size_t kb = 0;
 
     void run(benchmark::State& st) {
-        std::uint64_t const c0 = completed, a0 = allocated();
+        std::uint64_t const c0 = completed, a0 = allocated(), e0 = wait.events;
         for (auto _ : st) {
             std::uint64_t const target = completed + rate_count;
             while (completed < target)
@@ -615,6 +628,8 @@ struct loop_rate {
         auto const msgs = static_cast<double>(completed - c0);
         st.counters["msgs"] = benchmark::Counter(msgs, benchmark::Counter::kIsRate);
         report_allocations(st, allocs, 2.0 * msgs);
+        if constexpr (Ops::waiter::counts_events)
+            st.counters["events_per_msg"] = msgs > 0 ? static_cast<double>(wait.events - e0) / msgs : 0.0;
         wait.settle(p);
     }
 };
