@@ -51,6 +51,9 @@
 //     loops repost a's receive right after the next ping and b's right after its pong.
 // The coroutine pair of a row lives as long as the program (its coroutines park in their
 // receives between runs); the rate row's stream keeps its 64 SENDs in flight between runs.
+// Bounds: the coroutine twin fails a run after 10 s without a completion (a watchdog timer on its
+// io_context); the plain and raw twins block in their waits as the main suite's do, bounded by
+// the caller's timeout (tools/check runs this under `timeout 300`).
 
 #include "bench.hpp"
 
