@@ -154,17 +154,22 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted) {
 
 /// Routes completions to Asio operations: owns a duplicate of a completion channel's descriptor
 /// in an `asio::posix::stream_descriptor` on the executor it is given, and a fixed pool of
-/// operation slots. When the descriptor is readable it takes every pending CQ event, counts it
-/// on its CQ (acknowledged in batches of `completion_queue::ack_batch`), and for a routed CQ
-/// polls until empty, arms it, and polls again (arm-then-poll: a completion that lands between
-/// the last poll and the arm is not missed); each completion's `wr_id` names a slot and the
-/// generation that posted it, and the slot's handler is posted to its own executor with the
-/// completion (never run inside the drain). A completion whose tag names no pending operation (a cancelled one's, or
-/// one not posted through the dispatcher) is dropped and counted (`dropped()`, `stray()`).
+/// operation slots. It polls before it sleeps, as a hand-written event loop does: when an
+/// operation starts, and after each wake-up, a sweep (posted to the executor) polls every routed
+/// CQ until empty; while sweeps find completions they follow one another, and a request whose
+/// completion is there at once costs no system call of the dispatcher's. Only a sweep that finds
+/// every routed CQ empty arms the CQs (those not armed yet), polls them once more (a completion
+/// that lands between the last poll and the arm is not missed) and waits on the descriptor.
+/// When the descriptor is readable it takes every pending CQ event, counts it on its CQ
+/// (acknowledged in batches of `completion_queue::ack_batch`) and polls that CQ until empty.
+/// Each completion's `wr_id` names a slot and the generation that posted it, and the slot's
+/// handler is posted to its own executor with the completion (never run inside the poll). A
+/// completion whose tag names no pending operation (a cancelled one's, or one not posted
+/// through the dispatcher) is dropped and counted (`dropped()`, `stray()`).
 ///
 /// The descriptor is waited on only while operations are pending, so `io_context::run` returns
 /// when the last one has completed. A cancelled operation does not keep it waiting: its
-/// completion is reaped and dropped the next time the dispatcher reads (while later operations
+/// completion is reaped and dropped the next time the dispatcher polls (while later operations
 /// are pending), and its slot and memory stay taken until then. Several CQs may share the channel; a CQ event of a CQ
 /// not added is acknowledged and ignored.
 ///
@@ -228,6 +233,7 @@ public:
                                 &arm_cq<Completion>,
                                 &note_cq<Completion>,
                                 mode == cq_mode::batch,
+                                true,
                                 npos,
                                 {}});
         cq.arm();
@@ -305,6 +311,22 @@ public:
         complete(index, detail::op_result{ec, {}, 0, std::move(ex)}, true);
     }
 
+    // Makes sure the routed CQs are looked at: a sweep is posted unless one is queued already.
+    // Called when an operation starts (its request is posted) and after each wake-up.
+    void watch() {
+        if (sweep_queued_) return;
+        sweep_queued_ = true;
+        ::asio::post(ex_, [this, alive = std::weak_ptr<char>(alive_)] {
+            if (alive.expired()) return;
+            sweep_queued_ = false;
+            try {
+                sweep();
+            } catch (rdmacxx::error const& err) {
+                fail_all(err.code());
+            }
+        });
+    }
+
     // Starts waiting on the descriptor unless it already is.
     void ensure_reading() {
         if (reading_) return;
@@ -341,6 +363,7 @@ public:
         void (*arm)(void*);
         void (*note)(void*);
         bool batch;
+        bool armed; // routed: its next completion raises an event (reset when the event is read)
         std::uint32_t waiter;
         std::span<work_completion> out;
     };
@@ -435,32 +458,64 @@ private:
                     continue;
                 }
                 e->note(e->cq);
-                if (e->batch)
+                if (e->batch) {
                     serve_batch(*e);
-                else
-                    drain(*e);
+                } else {
+                    e->armed = false;
+                    (void)drain(*e);
+                }
             }
         } catch (rdmacxx::error const& err) {
             fail_all(err.code());
             return;
         }
         if (pending_ != 0)
-            ensure_reading();
+            watch(); // the sweep re-arms what the events disarmed before the next wait
         else
             stop_reading_when_idle(); // a handler run inline may have started a wait before the last completed
     }
 
-    // Poll until empty, arm, poll again: nothing that lands before the arm is missed.
-    void drain(cq_entry& e) {
+    // Polls `e` until it is empty, routing what it finds; returns whether it found any. Does not arm.
+    bool drain(cq_entry& e) {
         std::array<work_completion, 16> wcs;
-        for (;;) {
-            std::size_t n = 0;
-            while ((n = e.poll(e.cq, std::span{wcs})) != 0)
-                route(std::span{wcs}.first(n));
-            e.arm(e.cq);
-            if ((n = e.poll(e.cq, std::span{wcs})) == 0) return;
+        bool found = false;
+        std::size_t n = 0;
+        while ((n = e.poll(e.cq, std::span{wcs})) != 0) {
             route(std::span{wcs}.first(n));
+            found = true;
         }
+        return found;
+    }
+
+    // Looks at the routed CQs before sleeping, as a hand-written event loop polls before it
+    // waits: a request whose completion is there already (the device was quick, or the work ran
+    // within the post, as rxe's does) completes without a trip through the channel. What it
+    // finds is routed (handlers posted) and another sweep follows them. Only when every routed CQ
+    // is empty does it arm those that are not armed, poll them once more (nothing that lands
+    // before the arm is missed) and wait on the descriptor.
+    void sweep() {
+        if (pending_ == 0) {
+            stop_reading_when_idle();
+            return;
+        }
+        bool found = false;
+        for (std::size_t k = 0; k < cqs_.size(); ++k) // by index: a routed handler is posted, never run here
+            if (!cqs_[k].batch) found = drain(cqs_[k]) || found;
+        if (!found) {
+            for (std::size_t k = 0; k < cqs_.size(); ++k) {
+                cq_entry& e = cqs_[k];
+                if (e.batch || e.armed) continue;
+                e.arm(e.cq);
+                e.armed = true;
+                found = drain(e) || found;
+            }
+        }
+        if (pending_ == 0)
+            stop_reading_when_idle();
+        else if (found)
+            watch();
+        else
+            ensure_reading();
     }
 
     void route(std::span<work_completion const> wcs) {
@@ -523,6 +578,7 @@ private:
     std::uint64_t dropped_ = 0;
     std::uint64_t stray_ = 0;
     bool reading_ = false;
+    bool sweep_queued_ = false;
 };
 
 } // namespace asio

@@ -80,7 +80,7 @@ void start(completion_dispatcher& d, Handler& handler, Post&& post) {
         d.fail(i, e.code(), std::current_exception());
         return;
     }
-    d.ensure_reading();
+    d.watch();
 }
 } // namespace detail
 
