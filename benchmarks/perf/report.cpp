@@ -14,9 +14,15 @@ namespace {
 constexpr char const* rule =
     "---------------------------------------------------------------------------------------\n";
 
-double at_fraction(std::vector<double> const& sorted, double p) {
-    auto const i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size()))) - 1;
-    return sorted[std::min(sorted.size() - 1, std::max<std::size_t>(i, 0))];
+// perftest's print_report_lat leaves out the largest samples (LAT_MEASURE_TAIL) before it
+// takes the median, average, stdev and percentiles; the first sample of a run, which pays for
+// cold caches and (under emulation) for translating the loop, is one of them.
+constexpr std::size_t measure_tail = 2;
+
+// perftest's percentile: the sample at index ceil(p * kept) of all sorted samples.
+double at_fraction(std::vector<double> const& sorted, std::size_t kept, double p) {
+    auto const i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(kept)));
+    return sorted[std::min(sorted.size() - 1, i)];
 }
 
 std::string json_string(std::string_view s) {
@@ -43,17 +49,20 @@ latency_row latency_stats(std::size_t bytes, std::vector<double>& samples_us) {
     r.iterations = samples_us.size();
     if (samples_us.empty()) return r;
     std::sort(samples_us.begin(), samples_us.end());
-    double const n = static_cast<double>(samples_us.size());
+    std::size_t const kept = samples_us.size() > measure_tail ? samples_us.size() - measure_tail : samples_us.size();
+    auto const first = samples_us.begin();
+    auto const last = first + static_cast<std::ptrdiff_t>(kept);
+    double const n = static_cast<double>(kept);
     r.t_min = samples_us.front();
-    r.t_max = samples_us.back();
-    r.t_typical = samples_us[samples_us.size() / 2];
-    r.t_avg = std::accumulate(samples_us.begin(), samples_us.end(), 0.0) / n;
+    r.t_max = samples_us[std::min(kept, samples_us.size() - 1)]; // perftest's: the first left out
+    r.t_typical = kept % 2 == 0 ? (samples_us[kept / 2] + samples_us[kept / 2 - 1]) / 2 : samples_us[kept / 2];
+    r.t_avg = std::accumulate(first, last, 0.0) / n;
     double sq = 0;
-    for (double v : samples_us)
-        sq += (v - r.t_avg) * (v - r.t_avg);
+    for (auto it = first; it != last; ++it)
+        sq += (*it - r.t_avg) * (*it - r.t_avg);
     r.t_stdev = std::sqrt(sq / n);
-    r.p99 = at_fraction(samples_us, 0.99);
-    r.p999 = at_fraction(samples_us, 0.999);
+    r.p99 = at_fraction(samples_us, kept, 0.99);
+    r.p999 = at_fraction(samples_us, kept, 0.999);
     return r;
 }
 

@@ -17,7 +17,10 @@ struct latency_row {
     double t_min = 0, t_max = 0, t_typical = 0, t_avg = 0, t_stdev = 0, p99 = 0, p999 = 0;
 };
 
-/// The row for `samples_us` (one per iteration; sorted in place). t_typical is the median.
+/// The row for `samples_us` (one per iteration; sorted in place), by perftest's print_report_lat:
+/// the two largest samples are left out; t_typical is the median of the rest, t_avg and t_stdev
+/// are theirs, t_max is the largest sample after them (the first one left out) and the 99% and
+/// 99.9% columns are the samples at index ceil(p * kept) of all sorted samples.
 [[nodiscard]] latency_row latency_stats(std::size_t bytes, std::vector<double>& samples_us);
 
 /// One bandwidth row: bytes per second (peak and average) and messages per second.
