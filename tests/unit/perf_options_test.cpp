@@ -1,6 +1,7 @@
 // rdmacxx-perf's command line (benchmarks/perf/options.hpp): perftest's flags and defaults, and
 // a clear usage_error for every value that cannot run.
 #include "../../benchmarks/perf/options.hpp"
+#include "../../benchmarks/perf/report.hpp"
 
 #include <doctest/doctest.h>
 
@@ -101,4 +102,21 @@ TEST_CASE("rdmacxx-perf: values that cannot run are refused with the flag's name
     CHECK(refusal({"send_bw", "-t", "8", "-Q", "16"}).find("-Q 16 is over the tx depth -t 8") == 0);
     CHECK(refusal({"send_bw", "-t", "16", "-Q", "16", "-l", "8"}).find("-Q 16 with -l 8 needs a tx depth") == 0);
     CHECK(refusal({"send_bw", "a", "b"}) == "more than one server host given: 'b'");
+}
+
+TEST_CASE("rdmacxx-perf: latency columns as perftest's print_report_lat (the two largest samples left out)") {
+    // 10 samples, the first of the run (cold) the largest: 1000, then 1 ... 9 in a shuffled order.
+    std::vector<double> samples{1000, 5, 3, 9, 1, 7, 2, 8, 4, 6};
+    auto const r = perf::latency_stats(8, samples);
+    CHECK(r.iterations == 10);
+    CHECK(r.t_min == doctest::Approx(1));
+    CHECK(r.t_max == doctest::Approx(9));       // the largest left out first: 1000 and 9 go, t_max is the 9
+    CHECK(r.t_typical == doctest::Approx(4.5)); // 8 kept (1 ... 8): an even count, the two middle ones averaged
+    CHECK(r.t_avg == doctest::Approx(4.5));
+    CHECK(r.t_stdev == doctest::Approx(2.29129).epsilon(1e-4)); // population stdev of 1 ... 8
+    CHECK(r.p99 == doctest::Approx(9));                         // index ceil(0.99 * 8) = 8 of all 10 sorted
+    std::vector<double> odd{3, 1, 2, 100, 50};                  // 3 kept: 1, 2, 3
+    auto const o = perf::latency_stats(8, odd);
+    CHECK(o.t_typical == doctest::Approx(2));
+    CHECK(o.t_max == doctest::Approx(50));
 }
