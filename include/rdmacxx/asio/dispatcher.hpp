@@ -180,7 +180,9 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted) {
 /// wait). A routed CQ carries only requests posted through the dispatcher, and the channel has
 /// no other consumer (`cq.wait()` on it would take the dispatcher's events). An added CQ must
 /// not be moved. Must outlive its operations; destroying it destroys the handlers of pending
-/// operations without calling them. Must be destroyed before its channel and CQs.
+/// operations without calling them (a cancellation emitted afterwards does nothing). Must be
+/// destroyed before its channel and CQs; a QP whose operations it routes is `forget`-ed before
+/// it is destroyed, a CQ is `remove`-d before it is destroyed while the dispatcher lives.
 /// @see ibv_get_cq_event(3), ibv_req_notify_cq(3), ibv_ack_cq_events(3)
 class completion_dispatcher {
 public:
