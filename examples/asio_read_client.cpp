@@ -7,7 +7,12 @@
 // chunks of -s bytes with -q READs in flight at a time (async_post of rx::read, each completing
 // with its callback, which wakes the coroutine); every chunk is compared with the pattern.
 //
-// Usage: asio_read_client -b address [-p port] [-S region-bytes] [-s chunk-bytes] [-q depth] [-r rounds]
+// On an error (a failed READ, a refused post) it stops posting, disconnects (the QP goes to ERR,
+// which flushes every READ still posted) and waits, bounded, until the dispatcher has reaped
+// every outstanding READ: the buffers and the QP go only when no posted request names them.
+// -E n makes the READ of chunk n use a wrong rkey, to show that path (exit status 1).
+//
+// Usage: asio_read_client -b address [-p port] [-S region-bytes] [-s chunk-bytes] [-q depth] [-r rounds] [-E chunk]
 #include "rdmacxx/asio.hpp"
 #include "rdmacxx/rdmacxx.hpp"
 
@@ -21,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -42,6 +48,7 @@ namespace {
 struct settings {
     std::size_t region = 1 << 20, chunk = 4096;
     std::uint32_t depth = 8, rounds = 2;
+    std::size_t bad_chunk = ~std::size_t{0}; // -E: this chunk's READ uses a wrong rkey
 };
 
 std::byte pattern(std::size_t i) { return static_cast<std::byte>((i * 131 + i / 4096) & 0xff); }
@@ -81,37 +88,75 @@ awaitable<void> client(cm::address const& to, settings const& opt, result& r) {
     std::size_t const chunks = opt.region / opt.chunk;
     ::asio::steady_timer wake{ex, std::chrono::steady_clock::time_point::max()};
     std::exception_ptr failed;
-    for (std::uint32_t round = 0; round < opt.rounds; ++round) {
-        std::size_t next = 0, done = 0;
-        while (done < chunks) {
-            // Keep `depth` READs in flight: each completes into its callback, which wakes us.
-            while (next < chunks && !free_slots.empty()) {
-                std::uint32_t const s = free_slots.back();
-                free_slots.pop_back();
-                slot_chunk[s] = next;
-                rxa::async_post(
-                    d, c->qp(),
-                    rx::read{mr.span().subspan(s * opt.chunk, opt.chunk), region.subspan(next * opt.chunk, opt.chunk)},
-                    [&, s](std::error_code ec, rx::work_completion const&) {
-                        if (ec && !failed) failed = std::make_exception_ptr(std::system_error(ec, "RDMA READ"));
-                        std::size_t const base = slot_chunk[s] * opt.chunk;
-                        for (std::size_t i = 0; i < opt.chunk; ++i)
-                            if (local[s * opt.chunk + i] != pattern(base + i)) {
-                                ++r.bad_chunks;
-                                break;
-                            }
-                        ++r.reads;
-                        ++done;
-                        free_slots.push_back(s);
-                        wake.cancel_one();
-                    });
-                ++next;
-                r.peak = std::max<std::uint64_t>(r.peak, d.in_flight());
+    std::size_t outstanding = 0; // READs posted whose callback has not run yet
+    try {
+        for (std::uint32_t round = 0; round < opt.rounds; ++round) {
+            std::size_t next = 0, done = 0;
+            while (done < chunks) {
+                // Keep `depth` READs in flight: each completes into its callback, which wakes us.
+                while (next < chunks && !free_slots.empty()) {
+                    std::uint32_t const s = free_slots.back();
+                    free_slots.pop_back();
+                    slot_chunk[s] = next;
+                    auto source = region.subspan(next * opt.chunk, opt.chunk);
+                    if (next == opt.bad_chunk && round == 0)
+                        source = rx::remote_span<std::byte>{source.address(), source.size(), source.rkey() ^ 0x5a5a00U};
+                    rxa::async_post(d, c->qp(), rx::read{mr.span().subspan(s * opt.chunk, opt.chunk), source},
+                                    [&, s](std::error_code ec, rx::work_completion const&) {
+                                        --outstanding;
+                                        ++done;
+                                        free_slots.push_back(s);
+                                        wake.cancel_one();
+                                        if (ec) {
+                                            if (!failed)
+                                                failed = std::make_exception_ptr(std::system_error(ec, "RDMA READ"));
+                                            return;
+                                        }
+                                        std::size_t const base = slot_chunk[s] * opt.chunk;
+                                        for (std::size_t i = 0; i < opt.chunk; ++i)
+                                            if (local[s * opt.chunk + i] != pattern(base + i)) {
+                                                ++r.bad_chunks;
+                                                break;
+                                            }
+                                        ++r.reads;
+                                    });
+                    ++outstanding;
+                    ++next;
+                    r.peak = std::max<std::uint64_t>(r.peak, d.in_flight());
+                }
+                std::error_code ignored;
+                co_await wake.async_wait(::asio::redirect_error(use_awaitable, ignored));
+                if (failed) break;
             }
+            if (failed) break;
+        }
+    } catch (...) { // e.g. an allocation failure starting a READ
+        failed = std::current_exception();
+    }
+    if (failed) {
+        // READs may still be posted, over `local` and `mr`: disconnect (the QP goes to ERR and
+        // flushes them), then wait until every one's callback has run (the dispatcher reaped its
+        // completion), before any of them is destroyed. Each step is bounded.
+        try {
+            co_await rxa::async_disconnect(ex, *c, 10s, use_awaitable);
+        } catch (std::exception const&) { // the error to report is the first one
+        }
+        auto const deadline = std::chrono::steady_clock::now() + 10s;
+        while (outstanding != 0 && std::chrono::steady_clock::now() < deadline) {
+            wake.expires_at(deadline);
             std::error_code ignored;
             co_await wake.async_wait(::asio::redirect_error(use_awaitable, ignored));
-            if (failed) std::rethrow_exception(failed);
         }
+        if (outstanding != 0) { // never free memory a posted READ still names
+            std::fprintf(stderr, "asio_read_client: %zu READs still in flight 10 s after the disconnect\n",
+                         outstanding);
+            std::abort();
+        }
+        std::fprintf(stderr,
+                     "asio_read_client: stopped after an error; every outstanding READ reaped (%zu in "
+                     "the dispatcher)\n",
+                     d.in_flight());
+        std::rethrow_exception(failed);
     }
     co_await rxa::async_disconnect(ex, *c, 10s, use_awaitable);
     r.done = true;
@@ -123,7 +168,7 @@ int main(int argc, char** argv) try {
     std::string bind;
     std::uint16_t port = 0;
     settings opt;
-    for (int c; (c = ::getopt(argc, argv, "b:p:S:s:q:r:")) != -1;) {
+    for (int c; (c = ::getopt(argc, argv, "b:p:S:s:q:r:E:")) != -1;) {
         switch (c) {
         case 'b':
             bind = optarg;
@@ -143,9 +188,12 @@ int main(int argc, char** argv) try {
         case 'r':
             opt.rounds = static_cast<std::uint32_t>(std::stoul(optarg));
             break;
+        case 'E':
+            opt.bad_chunk = std::stoul(optarg);
+            break;
         default:
             std::cerr << "usage: asio_read_client -b address [-p port] [-S region-bytes] [-s chunk-bytes] [-q depth] "
-                         "[-r rounds]\n";
+                         "[-r rounds] [-E chunk]\n";
             return 2;
         }
     }

@@ -9,11 +9,13 @@
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
 /// - rdmacxx/asio/cm.hpp: `async_connect`, `async_accept`, `async_disconnect`;
-/// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events).
+/// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events);
+/// - rdmacxx/asio/descriptor.hpp: the duplicated descriptors they wait on (internal).
 ///
 /// See docs/asio.md.
 
 #include "rdmacxx/asio/cm.hpp"
+#include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/events.hpp"
 #include "rdmacxx/asio/operations.hpp"

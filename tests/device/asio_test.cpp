@@ -15,6 +15,7 @@
 #include <asio/detached.hpp>
 #include <asio/experimental/deferred.hpp>
 #include <asio/io_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -26,11 +27,14 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <future>
 #include <optional>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace rx = rdmacxx;
 namespace rxa = rdmacxx::asio;
@@ -241,19 +245,32 @@ TEST_CASE("asio: async_wait hands out a batch of completions of a batch CQ") {
     std::array<rx::work_completion, 8> wcs;
     std::size_t taken = 0;
     std::exception_ptr failure;
+    b.post_recv(rx::recv{buf.span().first(64)}.id(1), rx::recv{buf.span().subspan(64, 64)}.id(2));
+    // Nothing there yet: the wait starts now (a callback is eager) and parks, armed, in a slot of
+    // the pool, before anything is sent; only the channel's event can wake it.
+    std::error_code first_ec{1, std::generic_category()};
+    rxa::async_wait(d, cq_b, std::span{wcs}, [&](std::error_code ec, std::size_t n) {
+        first_ec = ec;
+        for (std::size_t i = 0; i < n; ++i)
+            CHECK(wcs[i].wr_id() == 1 + i);
+        taken = n;
+    });
+    REQUIRE(d.in_flight() == 1); // parked, not completed from what was there
+    io.poll();
+    io.restart();
+    REQUIRE(taken == 0); // nothing has woken it yet
+    a.post(rx::send{buf.span().subspan(1024, 32)}.id(10), rx::send{buf.span().subspan(1024, 32)}.id(11));
+    run_bounded(io); // the wait's work keeps it running until the channel wakes the wait
+    REQUIRE_FALSE(first_ec);
+    REQUIRE(taken >= 1);
     spawn(
         io,
         [&]() -> ::asio::awaitable<void> {
-            b.post_recv(rx::recv{buf.span().first(64)}.id(1), rx::recv{buf.span().subspan(64, 64)}.id(2));
-            // Nothing there yet: the wait parks, armed, until the channel fires.
-            auto pending = rxa::async_wait(d, cq_b, std::span{wcs}, ::asio::use_awaitable);
-            a.post(rx::send{buf.span().subspan(1024, 32)}.id(10), rx::send{buf.span().subspan(1024, 32)}.id(11));
             while (taken < 2) {
-                std::size_t const n = co_await std::move(pending);
+                std::size_t const n = co_await rxa::async_wait(d, cq_b, std::span{wcs}, ::asio::use_awaitable);
                 for (std::size_t i = 0; i < n; ++i)
                     CHECK(wcs[i].wr_id() == 1 + taken + i);
                 taken += n;
-                if (taken < 2) pending = rxa::async_wait(d, cq_b, std::span{wcs}, ::asio::use_awaitable);
             }
             std::size_t sends = 0;
             while (sends < 2)
@@ -325,6 +342,178 @@ TEST_CASE("asio: cancelling an operation aborts its handler at once, and its com
         }
         CHECK(p.d.abandoned() == 1);
     }
+}
+
+TEST_CASE("asio: a cancellation emitted after the dispatcher is destroyed is harmless") {
+    // Run under ASan (tools/check's sanitizer build): before, the cancellation slot's handler
+    // kept a raw pointer to the dispatcher and this read freed memory.
+    rx::context ctx = test::open_test_device();
+    rx::end_port const port{ctx};
+    rx::protection_domain pd{ctx};
+    test::buffer buf(pd, 1024);
+    rx::completion_channel channel{ctx};
+    rx::completion_queue<rx::event_driven> cq{ctx, 64, channel};
+    rx::queue_pair<rx::rc, rx::event_driven> a{pd, cq, cq, {}}, b{pd, cq, cq, {}};
+    a.connect(port, b.local_endpoint(port));
+    b.connect(port, a.local_endpoint(port));
+    ::asio::io_context io;
+    ::asio::cancellation_signal cancelled, pending;
+    int calls = 0;
+    {
+        rxa::completion_dispatcher d{io.get_executor(), channel};
+        d.add(cq);
+        auto count = [&](std::error_code ec, rx::work_completion) {
+            CHECK(ec == ::asio::error::operation_aborted);
+            ++calls;
+        };
+        rxa::async_recv(d, b, rx::recv{buf.span().first(64)}, ::asio::bind_cancellation_slot(cancelled.slot(), count));
+        cancelled.emit(::asio::cancellation_type::terminal); // abandoned: its canceller stays in the signal
+        rxa::async_recv(d, b, rx::recv{buf.span().subspan(64, 64)},
+                        ::asio::bind_cancellation_slot(pending.slot(), count)); // destroyed with the dispatcher
+        io.poll(); // the abort (posted); the pending receive keeps the io_context busy
+        io.restart();
+        REQUIRE(calls == 1);
+        CHECK(d.abandoned() == 1);
+        CHECK(cancelled.slot().has_handler());
+    }
+    cancelled.emit(::asio::cancellation_type::terminal);
+    cancelled.emit(::asio::cancellation_type::all);
+    pending.emit(::asio::cancellation_type::terminal);
+    run_bounded(io);
+    CHECK(calls == 1);
+}
+
+TEST_CASE("asio: forget(qp) aborts a QP's operations at once; its flushed completions reach no other operation") {
+    asio_pair<> p;
+    test::buffer in(p.pd, 2048);
+    int b_aborted = 0, a_calls = 0;
+    std::error_code a_ec;
+    for (std::size_t i = 0; i < 4; ++i)
+        rxa::async_recv(p.d, p.b, rx::recv{in.span().subspan(i * 128, 128)},
+                        [&](std::error_code ec, rx::work_completion) {
+                            CHECK(ec == ::asio::error::operation_aborted);
+                            ++b_aborted;
+                        });
+    ::asio::cancellation_signal signal;
+    rxa::async_recv(p.d, p.b, rx::recv{in.span().subspan(512, 128)},
+                    ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
+                        CHECK(ec == ::asio::error::operation_aborted);
+                        ++b_aborted;
+                    }));
+    signal.emit(::asio::cancellation_type::terminal);
+    auto on_a = [&](std::error_code ec, rx::work_completion) {
+        a_ec = ec;
+        ++a_calls;
+    };
+    rxa::async_recv(p.d, p.a, rx::recv{in.span().subspan(1024, 128)}, on_a); // another QP's: kept
+    CHECK(p.d.in_flight() == 6);
+    CHECK(p.d.abandoned() == 1);
+    CHECK(p.d.forget(p.b) == 5);
+    CHECK(p.d.in_flight() == 1);
+    CHECK(p.d.abandoned() == 0);
+    p.io.poll();
+    p.io.restart();
+    CHECK(b_aborted == 5); // at once, without any completion
+    CHECK(a_calls == 0);
+    // The forgotten slots are taken again (the pool is LIFO) by receives on a, under new
+    // generations; b goes to ERR and its five receives are flushed: their completions name the
+    // old generations, so they are strays, not a's completions.
+    for (std::size_t i = 0; i < 5; ++i)
+        rxa::async_recv(p.d, p.a, rx::recv{in.span().subspan(1152 + i * 128, 128)}, on_a);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    REQUIRE(::ibv_modify_qp(p.b.native_handle(), &attr, IBV_QP_STATE) == 0);
+    auto const deadline = std::chrono::steady_clock::now() + 10s;
+    while (p.d.stray() < 5 && std::chrono::steady_clock::now() < deadline)
+        p.io.run_one_for(100ms);
+    p.io.restart();
+    CHECK(p.d.stray() == 5);
+    CHECK(a_calls == 0);
+    CHECK(p.d.in_flight() == 6);
+    // Forgetting a lets io_context::run return: nothing stays pending.
+    CHECK(p.d.forget(p.a) == 6);
+    run_bounded(p.io);
+    CHECK(a_calls == 6);
+    CHECK(a_ec == ::asio::error::operation_aborted);
+    CHECK(p.d.in_flight() == 0);
+    CHECK(p.d.forget(p.a) == 0);
+}
+
+TEST_CASE("asio: remove(cq) refuses a routed CQ with operations on it and aborts a batch CQ's wait") {
+    asio_pair<> p;
+    test::buffer in(p.pd, 1024), out(p.pd, 256);
+    int calls = 0;
+    std::error_code got;
+    rxa::async_recv(p.d, p.b, rx::recv{in.span().first(64)}, [&](std::error_code ec, rx::work_completion) {
+        got = ec;
+        ++calls;
+    });
+    CHECK_THROWS_AS(p.d.remove(p.cq_b), rx::argument_error); // b's receive completes on it
+    CHECK(p.d.in_flight() == 1);
+    p.d.remove(p.cq_a);                                      // nothing of it pending
+    CHECK_THROWS_AS(p.d.remove(p.cq_a), rx::argument_error); // not added any more
+    CHECK(p.d.forget(p.b) == 1);
+    p.d.remove(p.cq_b);
+    run_bounded(p.io);
+    CHECK(calls == 1);
+    CHECK(got == ::asio::error::operation_aborted);
+
+    // A batch CQ's parked wait is aborted at once.
+    p.d.add(p.cq_a, rxa::cq_mode::batch);
+    std::array<rx::work_completion, 4> wcs;
+    std::error_code wait_ec;
+    int waits = 0;
+    rxa::async_wait(p.d, p.cq_a, std::span{wcs}, [&](std::error_code ec, std::size_t) {
+        wait_ec = ec;
+        ++waits;
+    });
+    CHECK(p.d.in_flight() == 1);
+    p.d.remove(p.cq_a);
+    CHECK(p.d.in_flight() == 0);
+    run_bounded(p.io);
+    CHECK(waits == 1);
+    CHECK(wait_ec == ::asio::error::operation_aborted);
+    CHECK_THROWS_AS((void)rxa::async_wait(p.d, p.cq_a, std::span{wcs}, ::asio::use_future), rx::argument_error);
+
+    // Both added again, routed: a message from b to a goes through (b's forgotten receive is
+    // still posted on b, so this one goes the other way).
+    p.d.add(p.cq_a);
+    p.d.add(p.cq_b);
+    std::error_code recv_ec{1, std::generic_category()}, send_ec{1, std::generic_category()};
+    rxa::async_recv(p.d, p.a, rx::recv{in.span().subspan(512, 64)},
+                    [&](std::error_code ec, rx::work_completion) { recv_ec = ec; });
+    rxa::async_post(p.d, p.b, rx::send{out.span().first(48)},
+                    [&](std::error_code ec, rx::work_completion) { send_ec = ec; });
+    run_bounded(p.io);
+    CHECK_FALSE(recv_ec);
+    CHECK_FALSE(send_ec);
+    CHECK(p.d.in_flight() == 0);
+}
+
+TEST_CASE("asio: a duplicated descriptor is closed when Asio refuses it") {
+    auto open_fds = [] {
+        std::size_t n = 0;
+        for (auto const& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+            (void)entry;
+            ++n;
+        }
+        return n;
+    };
+    std::array<int, 2> fds{};
+    REQUIRE(::pipe(fds.data()) == 0);
+    {
+        ::asio::io_context io;
+        ::asio::posix::stream_descriptor descriptor{io};
+        rxa::detail::assign_duplicate(descriptor, fds[0], "a test pipe");
+        CHECK(descriptor.is_open());
+        std::size_t const before = open_fds();
+        // Open already: assign throws, and the duplicate made for it is closed.
+        CHECK_THROWS_AS(rxa::detail::assign_duplicate(descriptor, fds[1], "a test pipe"), std::system_error);
+        CHECK(open_fds() == before);
+        CHECK(descriptor.is_open());
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
 }
 
 TEST_CASE("asio: a cancelled operation's memory stays in flight for a checked QP until its completion is reaped") {

@@ -7,6 +7,7 @@
 /// set by Asio under g++; define it under clang, see docs/asio.md); without them this header
 /// declares nothing.
 
+#include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/cm/listener.hpp"
 #include "rdmacxx/detail/wait.hpp"
@@ -40,10 +41,9 @@ namespace detail {
 /// A duplicate of `channel`'s descriptor on `ex`, closed with it (the channel stays open).
 [[nodiscard]] inline ::asio::posix::stream_descriptor watch(::asio::any_io_executor const& ex,
                                                             cm::event_channel& channel) {
-    int const fd = ::dup(channel.fd());
-    if (fd < 0) [[unlikely]]
-        rdmacxx::detail::throw_errno("dup", "for a CM event channel's descriptor");
-    return ::asio::posix::stream_descriptor{ex, fd};
+    ::asio::posix::stream_descriptor descriptor{ex};
+    assign_duplicate(descriptor, channel.fd(), "for a CM event channel's descriptor");
+    return descriptor;
 }
 
 /// True when an event waits on `channel` (checked once more when the timer won the race).

@@ -5,8 +5,10 @@
 /// each work completion to the operation that posted it. The operations themselves
 /// (`async_post`, `async_recv`, `async_wait`) are in rdmacxx/asio/operations.hpp.
 
+#include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/qp.hpp"
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_allocator.hpp>
@@ -76,6 +78,8 @@ struct op_slot {
     using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted);
     invoke_fn invoke = nullptr;
     ::asio::cancellation_slot cancel{};
+    ibv_qp* qp = nullptr; ///< the QP it posted to (null: an SRQ receive, a batch wait)
+    ibv_cq* cq = nullptr; ///< the CQ its completion arrives on (null: not known, an SRQ receive)
     std::uint32_t generation = 1;
     std::uint32_t next_free = 0;
     state st = state::free;
@@ -181,7 +185,9 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted) {
 /// wait). A routed CQ carries only requests posted through the dispatcher, and the channel has
 /// no other consumer (`cq.wait()` on it would take the dispatcher's events). An added CQ must
 /// not be moved. Must outlive its operations; destroying it destroys the handlers of pending
-/// operations without calling them. Must be destroyed before its channel and CQs.
+/// operations without calling them (a cancellation emitted afterwards does nothing). Must be
+/// destroyed before its channel and CQs; a QP whose operations it routes is `forget`-ed before
+/// it is destroyed, a CQ is `remove`-d before it is destroyed while the dispatcher lives.
 /// @see ibv_get_cq_event(3), ibv_req_notify_cq(3), ibv_ack_cq_events(3)
 class completion_dispatcher {
 public:
@@ -195,10 +201,7 @@ public:
         : ex_(std::move(ex)), channel_(&channel), descriptor_(ex_), slots_(check_size(opt.max_operations)),
           alive_(std::make_shared<char>()) {
         channel.set_nonblocking();
-        int const fd = ::dup(channel.fd());
-        if (fd < 0) [[unlikely]]
-            rdmacxx::detail::throw_errno("dup", "for the completion dispatcher's descriptor");
-        descriptor_.assign(fd);
+        detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
         for (std::uint32_t i = 0; i < slots_.size(); ++i)
             slots_[i].next_free = i + 1;
         free_ = 0;
@@ -239,6 +242,65 @@ public:
         cq.arm();
     }
 
+    /// Stops serving `cq` (added with `add`), so that it can be destroyed or added elsewhere.
+    /// A batch CQ's pending `async_wait` completes with `asio::error::operation_aborted` at once
+    /// (posted). A routed CQ is refused while an operation whose completion arrives on it is
+    /// pending or cancelled-but-unreaped (`abandoned()`), or while any `async_recv` on an SRQ is
+    /// (its CQ is not known): let them complete, or `forget` their QPs, first. Events of `cq`
+    /// that arrive later are acknowledged and ignored, as for any CQ not added.
+    /// @throws argument_error when `cq` is not added, or is a routed CQ with operations as
+    ///         above (nothing changes).
+    template <class Completion>
+    void remove(completion_queue<Completion>& cq) {
+        ibv_cq* const native = cq.native_handle();
+        cq_entry* e = find(native);
+        if (e == nullptr) [[unlikely]]
+            rdmacxx::detail::throw_argument("the CQ removed from a completion dispatcher was not added to it");
+        if (!e->batch) {
+            for (auto const& s : slots_)
+                if (s.st != detail::op_slot::state::free && !s.batch && (s.cq == native || s.cq == nullptr))
+                    [[unlikely]]
+                    rdmacxx::detail::throw_argument(
+                        "the routed CQ removed from a completion dispatcher still has operations whose "
+                        "completion arrives on it (let them complete, or forget(qp) their QPs, first)");
+        }
+        std::uint32_t const waiter = e->waiter;
+        cqs_.erase(cqs_.begin() + (e - cqs_.data()));
+        if (waiter != npos) complete(waiter, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
+        stop_reading_when_idle();
+    }
+
+    /// Drops every operation posted to `qp` (`async_post`, `async_recv` on the QP), for a QP
+    /// about to be destroyed: a pending one completes with `asio::error::operation_aborted` at
+    /// once (posted), a cancelled one (`abandoned()`) is no longer waited for, and their slots
+    /// are free again. A completion of their requests that still arrives (e.g. flushed when the
+    /// QP went to ERR) names a slot generation that no longer exists: it is dropped and counted
+    /// in `stray()`, never routed to another operation. The requests stay on the device until
+    /// the QP is destroyed or they complete, and so must their memory: call it, then destroy the
+    /// QP, then free the memory. Receives posted to an SRQ are not the QP's and are kept.
+    /// Without it, a destroyed QP's operations would stay pending for ever (and keep
+    /// `io_context::run` from returning). Returns how many operations it dropped.
+    /// Thread-safety: on the executor only.
+    template <transport Transport, completion_strategy Completion, post_policy Post>
+    std::size_t forget(queue_pair<Transport, Completion, Post> const& qp) {
+        ibv_qp* const native = qp.native_handle();
+        if (native == nullptr) return 0;
+        std::size_t n = 0;
+        for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+            detail::op_slot const& s = slots_[i];
+            if (s.qp != native || s.st == detail::op_slot::state::free) continue;
+            ++n;
+            if (s.st == detail::op_slot::state::pending) {
+                complete(i, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
+            } else {
+                --abandoned_;
+                release(i);
+            }
+        }
+        stop_reading_when_idle();
+        return n;
+    }
+
     /// The executor.
     [[nodiscard]] executor_type get_executor() const noexcept { return ex_; }
     /// Operations pending: waiting for their completion, cancelled ones included.
@@ -257,34 +319,48 @@ public:
     static constexpr std::uint32_t npos = ~std::uint32_t{0};
 
     // Takes a slot for `handler` (moved in), hooks its cancellation slot; npos when none is free
-    // (the handler is left as it was).
+    // (the handler is left as it was). `qp` and `cq` name where it was posted and where its
+    // completion arrives (forget, remove). Exception-safe: when hooking the cancellation slot or
+    // storing the handler throws, no slot is taken and the cancellation slot is left empty.
     template <class Completer, class Handler>
-    std::uint32_t acquire(Handler& handler, bool batch) {
+    std::uint32_t acquire(Handler& handler, bool batch, ibv_qp* qp = nullptr, ibv_cq* cq = nullptr) {
         if (free_ == slots_.size()) [[unlikely]]
             return npos;
         std::uint32_t const index = free_;
         detail::op_slot& s = slots_[index];
         auto cs = ::asio::get_associated_cancellation_slot(handler);
+        // First, while nothing is taken: it may allocate, and throw. A cancellation before the slot
+        // is pending finds it free and does nothing.
+        if (cs.is_connected()) cs.template emplace<canceller>(this, alive_, index, s.generation);
         using holder = detail::op_holder<Handler, executor_type>;
-        if constexpr (sizeof(holder) <= detail::op_storage_bytes && alignof(holder) <= alignof(std::max_align_t)) {
-            ::new (static_cast<void*>(s.storage)) holder(std::move(handler), ex_);
-        } else {
-            using alloc_t =
-                typename std::allocator_traits<::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
-            alloc_t alloc{::asio::get_associated_allocator(handler)};
-            holder* p = std::allocator_traits<alloc_t>::allocate(alloc, 1);
-            std::allocator_traits<alloc_t>::construct(alloc, p, std::move(handler), ex_);
-            ::new (static_cast<void*>(s.storage)) holder*(p);
+        try {
+            if constexpr (sizeof(holder) <= detail::op_storage_bytes && alignof(holder) <= alignof(std::max_align_t)) {
+                ::new (static_cast<void*>(s.storage)) holder(std::move(handler), ex_);
+            } else {
+                using alloc_t = typename std::allocator_traits<
+                    ::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
+                alloc_t alloc{::asio::get_associated_allocator(handler)};
+                holder* p = std::allocator_traits<alloc_t>::allocate(alloc, 1);
+                try {
+                    std::allocator_traits<alloc_t>::construct(alloc, p, std::move(handler), ex_);
+                } catch (...) {
+                    std::allocator_traits<alloc_t>::deallocate(alloc, p, 1);
+                    throw;
+                }
+                ::new (static_cast<void*>(s.storage)) holder*(p);
+            }
+        } catch (...) {
+            if (cs.is_connected()) cs.clear();
+            throw;
         }
         free_ = s.next_free;
         s.invoke = &detail::invoke_slot<Handler, executor_type, Completer>;
         s.st = detail::op_slot::state::pending;
         s.batch = batch;
+        s.qp = qp;
+        s.cq = cq;
         ++pending_;
-        if (cs.is_connected()) {
-            s.cancel = cs;
-            cs.template emplace<canceller>(this, index, s.generation);
-        }
+        if (cs.is_connected()) s.cancel = cs;
         return index;
     }
 
@@ -375,15 +451,20 @@ public:
     /// @endcond
 
 private:
+    // Installed in an operation's cancellation slot, which may outlive the dispatcher (a slot of
+    // a cancelled operation keeps it until its owner clears or reuses it): `alive` tells.
     struct canceller {
-        canceller(completion_dispatcher* dispatcher, std::uint32_t slot, std::uint32_t gen) noexcept
-            : d(dispatcher), index(slot), generation(gen) {}
+        canceller(completion_dispatcher* dispatcher, std::weak_ptr<char> alive_flag, std::uint32_t slot,
+                  std::uint32_t gen) noexcept
+            : d(dispatcher), alive(std::move(alive_flag)), index(slot), generation(gen) {}
         completion_dispatcher* d;
+        std::weak_ptr<char> alive;
         std::uint32_t index;
         std::uint32_t generation;
         void operator()(::asio::cancellation_type_t type) const {
-            if ((type & ::asio::cancellation_type::terminal) != ::asio::cancellation_type::none)
-                d->abort(index, generation);
+            if ((type & ::asio::cancellation_type::terminal) == ::asio::cancellation_type::none) return;
+            if (alive.expired()) return; // the dispatcher is gone, and its operations with it
+            d->abort(index, generation);
         }
     };
 
@@ -410,6 +491,8 @@ private:
     void release(std::uint32_t index) noexcept {
         detail::op_slot& s = slots_[index];
         s.st = detail::op_slot::state::free;
+        s.qp = nullptr;
+        s.cq = nullptr;
         if (++s.generation == 0) s.generation = 1; // a tag never has generation 0
         s.next_free = free_;
         free_ = index;

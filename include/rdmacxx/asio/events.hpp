@@ -4,6 +4,7 @@
 /// descriptor in an `asio::posix::stream_descriptor`, and `async_wait` on it completes with the
 /// next `async_event` (port state changes, CQ overflow, a QP's fatal error, SRQ limit, …).
 
+#include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/async.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/error.hpp"
@@ -35,10 +36,7 @@ public:
     /// Reads `ctx`'s async events on `ex`.
     /// @throws sys_error when fcntl(2) or dup(2) fails.
     async_event_stream(executor_type const& ex, context& ctx) : queue_(ctx), descriptor_(ex) {
-        int const fd = ::dup(queue_.fd());
-        if (fd < 0) [[unlikely]]
-            rdmacxx::detail::throw_errno("dup", "for the async event stream's descriptor");
-        descriptor_.assign(fd);
+        detail::assign_duplicate(descriptor_, queue_.fd(), "for the async event stream's descriptor");
     }
 
     /// The queue the events are read from.

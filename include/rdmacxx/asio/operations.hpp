@@ -65,10 +65,11 @@ void post_tagged(QP& qp, std::uint64_t tag, std::tuple<Wrs...> const& wrs, std::
 
 // Takes a slot for `handler` and runs `post(tag)`; a refused post completes the operation with
 // the refusal (argument_error or wr_error, nothing of it in flight); no free slot completes it
-// with ENOBUFS. `post` throws rdmacxx::error only.
+// with ENOBUFS. `post` throws rdmacxx::error only. `qp` (null for an SRQ) and `cq` (null when
+// not known) name where the operation goes (completion_dispatcher::forget, remove).
 template <class Completer, class Handler, class Post>
-void start(completion_dispatcher& d, Handler& handler, Post&& post) {
-    std::uint32_t const i = d.acquire<Completer>(handler, false);
+void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, Post&& post) {
+    std::uint32_t const i = d.acquire<Completer>(handler, false, qp, cq);
     if (i == completion_dispatcher::npos) [[unlikely]] {
         op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
         ::asio::post(d.get_executor(), Completer::bind(std::move(handler), r));
@@ -106,9 +107,10 @@ auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post
     using completer = detail::completer<ex, false>;
     return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
         [&d, &qp](auto handler, chain<Wrs...> const& wrs) {
-            detail::start<completer>(d, handler, [&](std::uint64_t tag) {
-                detail::post_tagged(qp, tag, wrs.wrs, std::index_sequence_for<Wrs...>{});
-            });
+            ibv_qp* const native = qp.native_handle();
+            detail::start<completer>(
+                d, handler, native, native != nullptr ? native->send_cq : nullptr,
+                [&](std::uint64_t tag) { detail::post_tagged(qp, tag, wrs.wrs, std::index_sequence_for<Wrs...>{}); });
         },
         token, c);
 }
@@ -134,10 +136,12 @@ auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post
     using completer = detail::completer<ex, false>;
     return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
         [&d, &qp](auto handler, Recv const& wr) {
-            detail::start<completer>(d, handler, [&](std::uint64_t tag) {
-                Recv copy = wr;
-                qp.post_recv(copy.id(tag));
-            });
+            ibv_qp* const native = qp.native_handle();
+            detail::start<completer>(d, handler, native, native != nullptr ? native->recv_cq : nullptr,
+                                     [&](std::uint64_t tag) {
+                                         Recv copy = wr;
+                                         qp.post_recv(copy.id(tag));
+                                     });
         },
         token, r);
 }
@@ -153,7 +157,7 @@ auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const&
     using completer = detail::completer<ex, false>;
     return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
         [&d, &srq](auto handler, Recv const& wr) {
-            detail::start<completer>(d, handler, [&](std::uint64_t tag) {
+            detail::start<completer>(d, handler, nullptr, nullptr, [&](std::uint64_t tag) {
                 Recv copy = wr;
                 srq.post_recv(copy.id(tag));
             });
@@ -196,7 +200,7 @@ auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std:
                 ::asio::post(d.get_executor(), completer::bind(std::move(handler), detail::op_result{{}, {}, n, {}}));
                 return;
             }
-            std::uint32_t const i = d.acquire<completer>(handler, true);
+            std::uint32_t const i = d.acquire<completer>(handler, true, nullptr, cq.native_handle());
             if (i == completion_dispatcher::npos) [[unlikely]] {
                 detail::op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
                 ::asio::post(d.get_executor(), completer::bind(std::move(handler), r));
