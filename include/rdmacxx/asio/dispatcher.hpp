@@ -6,6 +6,8 @@
 /// (`async_post`, `async_recv`, `async_wait`) are in rdmacxx/asio/operations.hpp.
 
 #include "rdmacxx/asio/descriptor.hpp"
+#include "rdmacxx/asio/op_slot.hpp"
+#include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/qp.hpp"
@@ -56,106 +58,6 @@ enum class cq_mode {
     batch,  ///< completions are handed out in batches to `async_wait(dispatcher, cq, out, token)`
 };
 
-namespace detail {
-
-/// Bytes of a handler kept in an operation slot itself; a larger handler goes to its associated
-/// allocator.
-inline constexpr std::size_t op_storage_bytes = 192;
-
-/// What an operation completes with.
-struct op_result {
-    std::error_code ec;      ///< empty on success
-    work_completion wc{};    ///< the completion (routed operations)
-    std::size_t count = 0;   ///< completions taken (batch waits)
-    std::exception_ptr ex{}; ///< the library's exception when there is one (a refused post)
-};
-
-/// One slot of the pool: the type-erased handler of one operation and its tag's generation.
-struct op_slot {
-    enum class state : std::uint8_t { free, pending, abandoned };
-    /// Moves the handler out, destroys the slot's copy and, when `r` is non-null, completes it
-    /// with `*r` (dispatched to its executor, or posted when `posted`).
-    using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted);
-    invoke_fn invoke = nullptr;
-    ::asio::cancellation_slot cancel{};
-    ibv_qp* qp = nullptr; ///< the QP it posted to (null: an SRQ receive, a batch wait)
-    ibv_cq* cq = nullptr; ///< the CQ its completion arrives on (null: not known, an SRQ receive)
-    std::uint32_t generation = 1;
-    std::uint32_t next_free = 0;
-    state st = state::free;
-    bool batch = false;
-    alignas(std::max_align_t) std::byte storage[op_storage_bytes];
-};
-
-/// A handler and the work it keeps on its executor while the operation is pending.
-template <class Handler, class Executor>
-struct op_holder {
-    using work_executor = ::asio::associated_executor_t<Handler, Executor>;
-    Handler handler;
-    ::asio::executor_work_guard<work_executor> work;
-    op_holder(Handler&& h, Executor const& ex)
-        : handler(std::move(h)), work(::asio::get_associated_executor(handler, ex)) {}
-};
-
-/// Binds an `op_result` to the handler as its arguments. `Exceptions` true: the first
-/// argument is an `std::exception_ptr` holding the library's exception (for `use_awaitable`).
-template <bool Exceptions, bool Batch>
-struct completer {
-    template <class Handler>
-    static auto bind(Handler&& h, op_result const& r) {
-        auto second = [&] {
-            if constexpr (Batch)
-                return r.count;
-            else
-                return r.wc;
-        }();
-        if constexpr (Exceptions)
-            return ::asio::detail::bind_handler(std::forward<Handler>(h), to_exception(r), second);
-        else
-            return ::asio::detail::bind_handler(std::forward<Handler>(h), r.ec, second);
-    }
-    static std::exception_ptr to_exception(op_result const& r) {
-        if (!r.ec) return nullptr;
-        if (r.ex) return r.ex;
-        if (r.ec.category() == wc_category())
-            return std::make_exception_ptr(rdmacxx::detail::failed_completion_error(r.wc.native()));
-        return std::make_exception_ptr(error(r.ec, Batch ? "async_wait on a CQ" : "an RDMA operation"));
-    }
-};
-
-template <class Handler, class Executor, class Completer>
-void invoke_slot(op_slot& s, op_result const* r, bool posted) {
-    using holder = op_holder<Handler, Executor>;
-    constexpr bool in_place = sizeof(holder) <= op_storage_bytes && alignof(holder) <= alignof(std::max_align_t);
-    holder* stored = nullptr;
-    if constexpr (in_place)
-        stored = std::launder(reinterpret_cast<holder*>(s.storage));
-    else
-        stored = *std::launder(reinterpret_cast<holder**>(s.storage));
-    Handler h{std::move(stored->handler)};
-    // The work is kept until the completion is queued: the io_context must not run out of work
-    // (and stop) in between.
-    auto work{std::move(stored->work)};
-    auto ex = work.get_executor();
-    if constexpr (in_place) {
-        stored->~holder();
-    } else {
-        using alloc_t =
-            typename std::allocator_traits<::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
-        alloc_t alloc{::asio::get_associated_allocator(h)};
-        std::allocator_traits<alloc_t>::destroy(alloc, stored);
-        std::allocator_traits<alloc_t>::deallocate(alloc, stored, 1);
-    }
-    s.invoke = nullptr;
-    if (r == nullptr) return;
-    if (posted)
-        ::asio::post(ex, Completer::bind(std::move(h), *r));
-    else
-        ::asio::dispatch(ex, Completer::bind(std::move(h), *r));
-}
-
-} // namespace detail
-
 /// Routes completions to Asio operations: owns a duplicate of a completion channel's descriptor
 /// in an `asio::posix::stream_descriptor` on the executor it is given, and a fixed pool of
 /// operation slots. It polls before it sleeps, as a hand-written event loop does: when an
@@ -178,7 +80,11 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted) {
 /// not added is acknowledged and ignored.
 ///
 /// No heap allocation per operation in steady state: handlers up to 192 bytes (callbacks,
-/// coroutine handlers) live in the slot; a larger one uses its associated allocator.
+/// coroutine handlers) live in the slot; a larger one uses its associated allocator. What it
+/// posts (each completion, bound to its handler, and its sweeps) is allocated from a pool of
+/// `max_operations` + 4 blocks of 512 bytes, made once, when the executor is an `io_context`'s
+/// (held directly or in an `asio::any_io_executor`); Asio's own post, which it uses on any other
+/// executor, allocates from a per-thread cache of 2 blocks and then from the heap.
 /// Thread-safety: not thread-safe; use it, its operations and its CQs from the one thread
 /// running its executor's `io_context` (a single-threaded `io_context`: with several threads in
 /// `run()`, another thread may take the descriptor's edge between the dispatcher's look and its
@@ -199,7 +105,7 @@ public:
     ///         fcntl(2) fails.
     completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
         : ex_(std::move(ex)), channel_(&channel), descriptor_(ex_), slots_(check_size(opt.max_operations)),
-          alive_(std::make_shared<char>()) {
+          alive_(std::make_shared<char>()), pool_(std::make_shared<detail::post_pool>(slots_.size() + 4)) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
         for (std::uint32_t i = 0; i < slots_.size(); ++i)
@@ -213,7 +119,7 @@ public:
         alive_.reset();
         for (auto& s : slots_) {
             if (s.cancel.is_connected()) s.cancel.clear();
-            if (s.invoke != nullptr) s.invoke(s, nullptr, false);
+            if (s.invoke != nullptr) s.invoke(s, nullptr, false, pool_);
         }
         std::error_code ignored;
         descriptor_.close(ignored);
@@ -377,7 +283,7 @@ public:
         --pending_;
         // The handler is moved out and the slot's copy destroyed before it runs (inline when its
         // executor allows): it may start the next operation at once.
-        s.invoke(s, &r, posted);
+        s.invoke(s, &r, posted, pool_);
         release(index);
     }
 
@@ -392,7 +298,7 @@ public:
     void watch() {
         if (sweep_queued_) return;
         sweep_queued_ = true;
-        ::asio::post(ex_, [this, alive = std::weak_ptr<char>(alive_)] {
+        detail::post_from(pool_, ex_, [this, alive = std::weak_ptr<char>(alive_)] {
             if (alive.expired()) return;
             sweep_queued_ = false;
             try {
@@ -412,7 +318,7 @@ public:
         // it. So look first; what is already there is read now.
         pollfd pfd{descriptor_.native_handle(), POLLIN, 0};
         if (::poll(&pfd, 1, 0) > 0) {
-            ::asio::post(ex_, [this, alive = std::weak_ptr<char>(alive_)] {
+            detail::post_from(pool_, ex_, [this, alive = std::weak_ptr<char>(alive_)] {
                 if (alive.expired()) return;
                 reading_ = false;
                 on_readable({});
@@ -509,14 +415,14 @@ private:
         if (s.batch) {
             for (auto& e : cqs_)
                 if (e.waiter == index) e.waiter = npos;
-            s.invoke(s, &r, true);
+            s.invoke(s, &r, true, pool_);
             release(index);
             stop_reading_when_idle();
             return;
         }
         s.st = detail::op_slot::state::abandoned;
         ++abandoned_;
-        s.invoke(s, &r, true);
+        s.invoke(s, &r, true, pool_);
         stop_reading_when_idle();
     }
 
@@ -654,7 +560,8 @@ private:
     ::asio::posix::stream_descriptor descriptor_;
     std::vector<detail::op_slot> slots_;
     std::vector<cq_entry> cqs_;
-    std::shared_ptr<char> alive_; // its weak twin in the wait handler tells a dead dispatcher
+    std::shared_ptr<char> alive_;             // its weak twin in the wait handler tells a dead dispatcher
+    std::shared_ptr<detail::post_pool> pool_; // the handlers it posts: one block per slot and its sweep
     std::uint32_t free_ = 0;
     std::size_t pending_ = 0;
     std::size_t abandoned_ = 0;

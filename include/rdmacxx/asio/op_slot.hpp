@@ -1,0 +1,134 @@
+#pragma once
+/// @file
+/// The Asio adapter's operation slots: the type-erased handler of one pending operation, what it
+/// completes with, and how a completion is bound to its handler and posted. Internal to
+/// rdmacxx/asio/dispatcher.hpp.
+
+#include "rdmacxx/asio/post_pool.hpp"
+#include "rdmacxx/error.hpp"
+#include "rdmacxx/work_completion.hpp"
+
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/detail/bind_handler.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <new>
+#include <system_error>
+#include <utility>
+
+struct ibv_qp;
+struct ibv_cq;
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace asio {
+namespace detail {
+
+/// Bytes of a handler kept in an operation slot itself; a larger handler goes to its associated
+/// allocator.
+inline constexpr std::size_t op_storage_bytes = 192;
+
+/// What an operation completes with.
+struct op_result {
+    std::error_code ec;      ///< empty on success
+    work_completion wc{};    ///< the completion (routed operations)
+    std::size_t count = 0;   ///< completions taken (batch waits)
+    std::exception_ptr ex{}; ///< the library's exception when there is one (a refused post)
+};
+
+/// One slot of the pool: the type-erased handler of one operation and its tag's generation.
+struct op_slot {
+    enum class state : std::uint8_t { free, pending, abandoned };
+    /// Moves the handler out, destroys the slot's copy and, when `r` is non-null, completes it
+    /// with `*r` (dispatched to its executor, or posted, from `pool`, when `posted`).
+    using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted, std::shared_ptr<post_pool> const& pool);
+    invoke_fn invoke = nullptr;
+    ::asio::cancellation_slot cancel{};
+    ibv_qp* qp = nullptr; ///< the QP it posted to (null: an SRQ receive, a batch wait)
+    ibv_cq* cq = nullptr; ///< the CQ its completion arrives on (null: not known, an SRQ receive)
+    std::uint32_t generation = 1;
+    std::uint32_t next_free = 0;
+    state st = state::free;
+    bool batch = false;
+    alignas(std::max_align_t) std::byte storage[op_storage_bytes];
+};
+
+/// A handler and the work it keeps on its executor while the operation is pending.
+template <class Handler, class Executor>
+struct op_holder {
+    using work_executor = ::asio::associated_executor_t<Handler, Executor>;
+    Handler handler;
+    ::asio::executor_work_guard<work_executor> work;
+    op_holder(Handler&& h, Executor const& ex)
+        : handler(std::move(h)), work(::asio::get_associated_executor(handler, ex)) {}
+};
+
+/// Binds an `op_result` to the handler as its arguments. `Exceptions` true: the first
+/// argument is an `std::exception_ptr` holding the library's exception (for `use_awaitable`).
+template <bool Exceptions, bool Batch>
+struct completer {
+    template <class Handler>
+    static auto bind(Handler&& h, op_result const& r) {
+        auto second = [&] {
+            if constexpr (Batch)
+                return r.count;
+            else
+                return r.wc;
+        }();
+        if constexpr (Exceptions)
+            return ::asio::detail::bind_handler(std::forward<Handler>(h), to_exception(r), second);
+        else
+            return ::asio::detail::bind_handler(std::forward<Handler>(h), r.ec, second);
+    }
+    static std::exception_ptr to_exception(op_result const& r) {
+        if (!r.ec) return nullptr;
+        if (r.ex) return r.ex;
+        if (r.ec.category() == wc_category())
+            return std::make_exception_ptr(rdmacxx::detail::failed_completion_error(r.wc.native()));
+        return std::make_exception_ptr(error(r.ec, Batch ? "async_wait on a CQ" : "an RDMA operation"));
+    }
+};
+
+template <class Handler, class Executor, class Completer>
+void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<post_pool> const& pool) {
+    using holder = op_holder<Handler, Executor>;
+    constexpr bool in_place = sizeof(holder) <= op_storage_bytes && alignof(holder) <= alignof(std::max_align_t);
+    holder* stored = nullptr;
+    if constexpr (in_place)
+        stored = std::launder(reinterpret_cast<holder*>(s.storage));
+    else
+        stored = *std::launder(reinterpret_cast<holder**>(s.storage));
+    Handler h{std::move(stored->handler)};
+    // The work is kept until the completion is queued: the io_context must not run out of work
+    // (and stop) in between.
+    auto work{std::move(stored->work)};
+    auto ex = work.get_executor();
+    if constexpr (in_place) {
+        stored->~holder();
+    } else {
+        using alloc_t =
+            typename std::allocator_traits<::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
+        alloc_t alloc{::asio::get_associated_allocator(h)};
+        std::allocator_traits<alloc_t>::destroy(alloc, stored);
+        std::allocator_traits<alloc_t>::deallocate(alloc, stored, 1);
+    }
+    s.invoke = nullptr;
+    if (r == nullptr) return;
+    if (posted)
+        post_from(pool, ex, Completer::bind(std::move(h), *r));
+    else
+        ::asio::dispatch(ex, Completer::bind(std::move(h), *r));
+}
+
+} // namespace detail
+
+} // namespace asio
+} // namespace v0
+} // namespace rdmacxx

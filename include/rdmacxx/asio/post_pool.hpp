@@ -1,0 +1,129 @@
+#pragma once
+/// @file
+/// The Asio adapter's post pool: fixed blocks from which the completion dispatcher allocates the
+/// handlers it posts (each operation's completion, its own polling sweeps), so that posting takes
+/// no heap memory in steady state. Internal to rdmacxx/asio/dispatcher.hpp.
+
+#include <asio/any_io_executor.hpp>
+#include <asio/bind_allocator.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace asio {
+namespace detail {
+
+/// A fixed number of blocks of `block_bytes` bytes, handed out and taken back in any order
+/// (a free list). Made once, never grown. Not thread-safe: used from the one thread that runs
+/// the dispatcher's `io_context`.
+class post_pool {
+public:
+    /// Bytes of one block: an `io_context` operation around a posted handler and its bound
+    /// arguments (a work completion, an error) fits; a larger one goes to the heap.
+    static constexpr std::size_t block_bytes = 512;
+
+    /// `blocks` blocks (at least 1), allocated now.
+    explicit post_pool(std::size_t blocks) : arena_(std::make_unique<block[]>(blocks)), count_(blocks) {
+        free_.reserve(blocks);
+        for (std::size_t i = blocks; i-- > 0;)
+            free_.push_back(&arena_[i]);
+    }
+    post_pool(post_pool const&) = delete;
+    post_pool& operator=(post_pool const&) = delete;
+
+    /// A block for `bytes` bytes, or null when `bytes` is over `block_bytes` or none is free.
+    [[nodiscard]] void* take(std::size_t bytes) noexcept {
+        if (bytes > block_bytes || free_.empty()) return nullptr;
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+    }
+    /// Takes `p` back when it is one of the blocks; false (nothing done) otherwise.
+    bool give(void* p) noexcept {
+        auto const at = reinterpret_cast<std::uintptr_t>(p);
+        auto const first = reinterpret_cast<std::uintptr_t>(arena_.get());
+        if (at < first || at >= first + count_ * sizeof(block)) return false;
+        free_.push_back(p);
+        return true;
+    }
+    /// Blocks free now.
+    [[nodiscard]] std::size_t available() const noexcept { return free_.size(); }
+
+private:
+    struct alignas(std::max_align_t) block {
+        std::byte bytes[block_bytes];
+    };
+    std::unique_ptr<block[]> arena_;
+    std::size_t count_;
+    std::vector<void*> free_;
+};
+
+/// An allocator over a shared `post_pool`: a block when the request fits and one is free,
+/// the heap otherwise. Each copy shares the pool, so a handler still queued in an `io_context`
+/// keeps it alive after the dispatcher has gone.
+template <class T>
+struct pool_allocator {
+    using value_type = T;
+
+    explicit pool_allocator(std::shared_ptr<post_pool> p) noexcept : pool(std::move(p)) {}
+    template <class U>
+    pool_allocator(pool_allocator<U> const& other) noexcept
+        : pool(other.pool) {} // NOLINT: converting, as allocators are
+
+    T* allocate(std::size_t n) {
+        if constexpr (alignof(T) <= alignof(std::max_align_t))
+            if (void* p = pool->take(n * sizeof(T))) return static_cast<T*>(p);
+        return std::allocator<T>{}.allocate(n);
+    }
+    void deallocate(T* p, std::size_t n) noexcept {
+        if (!pool->give(p)) std::allocator<T>{}.deallocate(p, n);
+    }
+    template <class U>
+    friend bool operator==(pool_allocator const& a, pool_allocator<U> const& b) noexcept {
+        return a.pool == b.pool;
+    }
+
+    std::shared_ptr<post_pool> pool;
+};
+
+/// Posts `handler` to `ex`. On an `io_context`'s executor (held directly or in an
+/// `asio::any_io_executor`, untracked or tracking outstanding work, as a coroutine's is) the
+/// queued operation is allocated from `pool`, and the handler runs bound to that executor
+/// itself (the same `io_context`; no type-erased hop, which would allocate); on any other
+/// executor it is posted as Asio does (which may allocate).
+template <class Executor, class Handler>
+void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handler&& handler) {
+    using untracked = ::asio::io_context::basic_executor_type<std::allocator<void>, 0>;
+    using tracked = ::asio::io_context::basic_executor_type<std::allocator<void>, 4>;
+    auto pooled = [&](auto const& io) {
+        ::asio::post(io, ::asio::bind_executor(
+                             io, ::asio::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
+    };
+    if constexpr (std::is_same_v<Executor, untracked> || std::is_same_v<Executor, tracked>) {
+        pooled(ex);
+    } else if constexpr (std::is_same_v<Executor, ::asio::any_io_executor>) {
+        if (untracked const* io = ex.template target<untracked>())
+            pooled(*io);
+        else if (tracked const* tio = ex.template target<tracked>())
+            pooled(*tio);
+        else
+            ::asio::post(ex, std::forward<Handler>(handler));
+    } else {
+        ::asio::post(ex, std::forward<Handler>(handler));
+    }
+}
+
+} // namespace detail
+} // namespace asio
+} // namespace v0
+} // namespace rdmacxx
