@@ -10,7 +10,9 @@
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
 /// - rdmacxx/asio/cm.hpp: `async_connect`, `async_accept`, `async_disconnect`;
 /// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events);
-/// - rdmacxx/asio/descriptor.hpp: the duplicated descriptors they wait on (internal).
+/// - rdmacxx/asio/descriptor.hpp: the duplicated descriptors they wait on (internal);
+/// - rdmacxx/asio/op_slot.hpp, rdmacxx/asio/post_pool.hpp: the dispatcher's operation slots and
+///   the pool its posted handlers are allocated from (internal).
 ///
 /// See docs/asio.md.
 
@@ -18,4 +20,6 @@
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/events.hpp"
+#include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/operations.hpp"
+#include "rdmacxx/asio/post_pool.hpp"
