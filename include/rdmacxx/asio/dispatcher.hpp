@@ -488,11 +488,10 @@ private:
             return;
         }
         bool found = false;
-        for (std::size_t k = 0; k < cqs_.size(); ++k) // by index: a routed handler is posted, never run here
-            if (!cqs_[k].batch) found = drain(cqs_[k]) || found;
+        for (cq_entry& e : cqs_) // a routed handler is posted, never run here: cqs_ does not change
+            if (!e.batch) found = drain(e) || found;
         if (!found) {
-            for (std::size_t k = 0; k < cqs_.size(); ++k) {
-                cq_entry& e = cqs_[k];
+            for (cq_entry& e : cqs_) {
                 if (e.batch || e.armed) continue;
                 e.arm(e.cq);
                 e.armed = true;

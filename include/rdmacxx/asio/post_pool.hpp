@@ -20,8 +20,7 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace asio {
-namespace detail {
+namespace asio::detail {
 
 /// A fixed number of blocks of `block_bytes` bytes, handed out and taken back in any order
 /// (a free list). Made once, never grown. Not thread-safe: used from the one thread that runs
@@ -112,9 +111,9 @@ void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handl
     if constexpr (std::is_same_v<Executor, untracked> || std::is_same_v<Executor, tracked>) {
         pooled(ex);
     } else if constexpr (std::is_same_v<Executor, ::asio::any_io_executor>) {
-        if (untracked const* io = ex.template target<untracked>())
+        if (auto const* io = ex.template target<untracked>())
             pooled(*io);
-        else if (tracked const* tio = ex.template target<tracked>())
+        else if (auto const* tio = ex.template target<tracked>())
             pooled(*tio);
         else
             ::asio::post(ex, std::forward<Handler>(handler));
@@ -123,7 +122,6 @@ void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handl
     }
 }
 
-} // namespace detail
-} // namespace asio
+} // namespace asio::detail
 } // namespace v0
 } // namespace rdmacxx
