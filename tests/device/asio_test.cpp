@@ -760,3 +760,36 @@ TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's di
         CHECK_THROWS_AS(std::rethrow_exception(got), rx::cm::cm_error);
     }
 }
+
+// The dispatcher's post pool (no device needed): a handler posted to its owner's executor, held
+// directly or in an any_io_executor, takes a block until it runs; one posted to another
+// io_context (run by another thread, say) never touches the pool; a moved-from pool allocator
+// still equals its copy and still frees into the pool.
+TEST_CASE("asio: the post pool serves its own io_context only, and its allocator survives a move") {
+    ::asio::io_context own{1}, other{1};
+    auto pool = std::make_shared<rxa::detail::post_pool>(4, &own);
+    int ran_own = 0, ran_other = 0;
+    rxa::detail::post_from(pool, own.get_executor(), [&] { ++ran_own; });
+    rxa::detail::post_from(pool, ::asio::any_io_executor{own.get_executor()}, [&] { ++ran_own; });
+    CHECK(pool->available() == 2); // both queued operations hold a block
+    rxa::detail::post_from(pool, other.get_executor(), [&] { ++ran_other; });
+    rxa::detail::post_from(pool, ::asio::any_io_executor{other.get_executor()}, [&] { ++ran_other; });
+    CHECK(pool->available() == 2); // another context's handlers are posted as Asio does
+    CHECK(own.run_for(std::chrono::seconds{5}) == 2);
+    CHECK(other.run_for(std::chrono::seconds{5}) == 2);
+    CHECK(ran_own == 2);
+    CHECK(ran_other == 2);
+    CHECK(pool->available() == 4); // every block back
+
+    rxa::detail::pool_allocator<int> a{pool};
+    rxa::detail::pool_allocator<int> b{std::move(a)};
+    CHECK(a == b); // NOLINT(bugprone-use-after-move): a moved-from allocator must still equal its copy
+    int* p = a.allocate(4);
+    CHECK(pool->available() == 3);
+    b.deallocate(p, 4);
+    CHECK(pool->available() == 4);
+    int* big = a.allocate(rxa::detail::post_pool::block_bytes); // over a block: the heap
+    CHECK(pool->available() == 4);
+    a.deallocate(big, rxa::detail::post_pool::block_bytes);
+    CHECK(pool->available() == 4);
+}

@@ -105,7 +105,8 @@ public:
     ///         fcntl(2) fails.
     completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
         : ex_(std::move(ex)), channel_(&channel), descriptor_(ex_), slots_(check_size(opt.max_operations)),
-          alive_(std::make_shared<char>()), pool_(std::make_shared<detail::post_pool>(slots_.size() + 4)) {
+          alive_(std::make_shared<char>()), pool_(std::make_shared<detail::post_pool>(
+                                                slots_.size() + 4, &::asio::query(ex_, ::asio::execution::context))) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
         for (std::uint32_t i = 0; i < slots_.size(); ++i)
@@ -136,6 +137,7 @@ public:
                                             "completion channel");
         if (find(cq.native_handle()) != nullptr) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ was added to this completion dispatcher already");
+        cq.arm(); // first: a CQ that cannot be armed is not added
         cqs_.push_back(cq_entry{&cq,
                                 cq.native_handle(),
                                 &poll_cq<Completion>,
@@ -145,7 +147,6 @@ public:
                                 true,
                                 npos,
                                 {}});
-        cq.arm();
     }
 
     /// Stops serving `cq` (added with `add`), so that it can be destroyed or added elsewhere.
@@ -297,7 +298,6 @@ public:
     // Called when an operation starts (its request is posted) and after each wake-up.
     void watch() {
         if (sweep_queued_) return;
-        sweep_queued_ = true;
         detail::post_from(pool_, ex_, [this, alive = std::weak_ptr<char>(alive_)] {
             if (alive.expired()) return;
             sweep_queued_ = false;
@@ -307,22 +307,29 @@ public:
                 fail_all(err.code());
             }
         });
+        sweep_queued_ = true; // once queued (posting may throw): the sweep runs after this returns
     }
 
     // Starts waiting on the descriptor unless it already is.
     void ensure_reading() {
         if (reading_) return;
-        reading_ = true;
         // Asio's reactor watches the descriptor edge-triggered, and a wait takes only the edges
         // that come after it starts: an event that came while no wait was queued would never wake
-        // it. So look first; what is already there is read now.
+        // it. So look first; what is already there is read now. A channel in error (its device
+        // gone: POLLERR, and reads that find nothing) fails every operation instead of waking
+        // the dispatcher again and again.
         pollfd pfd{descriptor_.native_handle(), POLLIN, 0};
         if (::poll(&pfd, 1, 0) > 0) {
+            if ((pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) [[unlikely]] {
+                fail_all(std::make_error_code(std::errc::io_error));
+                return;
+            }
             detail::post_from(pool_, ex_, [this, alive = std::weak_ptr<char>(alive_)] {
                 if (alive.expired()) return;
                 reading_ = false;
                 on_readable({});
             });
+            reading_ = true; // once queued (posting may throw)
             return;
         }
         descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read,
@@ -335,6 +342,7 @@ public:
                                    }
                                    on_readable(ec);
                                });
+        reading_ = true; // once the wait is queued (queuing may throw)
     }
 
     // Batch waits: the entry of `cq`, or null.
@@ -552,6 +560,7 @@ private:
                 release(i);
             }
         }
+        stop_reading_when_idle(); // a sweep may fail while a wait is queued: run() must be able to return
     }
 
     executor_type ex_;

@@ -23,16 +23,18 @@ inline namespace v0 {
 namespace asio::detail {
 
 /// A fixed number of blocks of `block_bytes` bytes, handed out and taken back in any order
-/// (a free list). Made once, never grown. Not thread-safe: used from the one thread that runs
-/// the dispatcher's `io_context`.
+/// (a free list), for handlers posted to one `io_context`, its owner. Made once, never grown.
+/// Not thread-safe: used only from the one thread that runs its owner (`post_from` posts
+/// handlers bound to any other context as Asio does).
 class post_pool {
 public:
     /// Bytes of one block: an `io_context` operation around a posted handler and its bound
     /// arguments (a work completion, an error) fits; a larger one goes to the heap.
     static constexpr std::size_t block_bytes = 512;
 
-    /// `blocks` blocks (at least 1), allocated now.
-    explicit post_pool(std::size_t blocks) : arena_(std::make_unique<block[]>(blocks)), count_(blocks) {
+    /// `blocks` blocks (at least 1), allocated now, for handlers run by `owner`.
+    post_pool(std::size_t blocks, ::asio::execution_context const* owner)
+        : arena_(std::make_unique<block[]>(blocks)), count_(blocks), owner_(owner) {
         free_.reserve(blocks);
         for (std::size_t i = blocks; i-- > 0;)
             free_.push_back(&arena_[i]);
@@ -57,6 +59,8 @@ public:
     }
     /// Blocks free now.
     [[nodiscard]] std::size_t available() const noexcept { return free_.size(); }
+    /// The execution context whose thread alone takes and gives blocks.
+    [[nodiscard]] ::asio::execution_context const* owner() const noexcept { return owner_; }
 
 private:
     struct alignas(std::max_align_t) block {
@@ -64,6 +68,7 @@ private:
     };
     std::unique_ptr<block[]> arena_;
     std::size_t count_;
+    ::asio::execution_context const* owner_;
     std::vector<void*> free_;
 };
 
@@ -75,6 +80,8 @@ struct pool_allocator {
     using value_type = T;
 
     explicit pool_allocator(std::shared_ptr<post_pool> p) noexcept : pool(std::move(p)) {}
+    /// Copies (a move copies too: a moved-from allocator still equals its copy, as allocators must).
+    pool_allocator(pool_allocator const&) noexcept = default;
     template <class U>
     pool_allocator(pool_allocator<U> const& other) noexcept
         : pool(other.pool) {} // NOLINT: converting, as allocators are
@@ -95,16 +102,21 @@ struct pool_allocator {
     std::shared_ptr<post_pool> pool;
 };
 
-/// Posts `handler` to `ex`. On an `io_context`'s executor (held directly or in an
-/// `asio::any_io_executor`, untracked or tracking outstanding work, as a coroutine's is) the
-/// queued operation is allocated from `pool`, and the handler runs bound to that executor
-/// itself (the same `io_context`; no type-erased hop, which would allocate); on any other
-/// executor it is posted as Asio does (which may allocate).
+/// Posts `handler` to `ex`. On an executor of the pool's owner (an `io_context`'s executor, held
+/// directly or in an `asio::any_io_executor`, untracked or tracking outstanding work, as a
+/// coroutine's is) the queued operation is allocated from `pool`, and the handler runs bound to
+/// that executor itself (the same `io_context`; no type-erased hop, which would allocate); on
+/// any other executor, another `io_context`'s included, it is posted as Asio does (which may
+/// allocate), so that the pool is only ever used from its owner's thread.
 template <class Executor, class Handler>
 void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handler&& handler) {
     using untracked = ::asio::io_context::basic_executor_type<std::allocator<void>, 0>;
     using tracked = ::asio::io_context::basic_executor_type<std::allocator<void>, 4>;
     auto pooled = [&](auto const& io) {
+        if (static_cast<::asio::execution_context const*>(&io.context()) != pool->owner()) {
+            ::asio::post(io, std::forward<Handler>(handler));
+            return;
+        }
         ::asio::post(io, ::asio::bind_executor(
                              io, ::asio::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
     };
