@@ -82,9 +82,11 @@ enum class cq_mode {
 /// No heap allocation per operation in steady state: handlers up to 192 bytes (callbacks,
 /// coroutine handlers) live in the slot; a larger one uses its associated allocator. What it
 /// posts (each completion, bound to its handler, and its sweeps) is allocated from a pool of
-/// `max_operations` + 4 blocks of 512 bytes, made once, when the executor is an `io_context`'s
-/// (held directly or in an `asio::any_io_executor`); Asio's own post, which it uses on any other
-/// executor, allocates from a per-thread cache of 2 blocks and then from the heap.
+/// `max_operations` + 4 blocks of 512 bytes, made once, when the handler's executor belongs to
+/// the dispatcher's own `io_context` (held directly or in an `asio::any_io_executor`); Asio's own
+/// post, which it uses on any other executor (a strand, another `io_context`), allocates from a
+/// per-thread cache of 2 blocks and then from the heap. A channel in error (POLLERR: its device
+/// is gone) fails every pending operation with EIO.
 /// Thread-safety: not thread-safe; use it, its operations and its CQs from the one thread
 /// running its executor's `io_context` (a single-threaded `io_context`: with several threads in
 /// `run()`, another thread may take the descriptor's edge between the dispatcher's look and its
