@@ -156,7 +156,8 @@ def main(argv, top=None):
     import harness.bench
     from harness.bench import host, inside, tables
 
-    sys.stdout.reconfigure(line_buffering=True)  # in order with what the programs it runs print
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # in order with what the programs it runs print
     if top is None:
         top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     try:

@@ -46,7 +46,7 @@ def dpkg_version(package):
 
 
 def first_field(text, pattern, field):
-    """Field FIELD (0-based, split on SEP-less whitespace) of the first line of TEXT matching PATTERN."""
+    """Word FIELD (from 0, split on whitespace) of the first line of TEXT that PATTERN matches, as awk's $N."""
     for line in text.splitlines():
         if re.search(pattern, line):
             parts = line.split()
