@@ -105,7 +105,8 @@ def run_suite(opts, log=print):
         if opts.has_group("asio") and os.access(asio, os.X_OK):
             groups.append("asio")
         for group in groups:
-            log(f"bench: suite {group}, pass {npass} of {opts.passes} ({opts.reps} interleaved repetitions of each twin)")
+            log(f"bench: suite {group}, pass {npass} of {opts.passes} "
+                f"({opts.reps} interleaved repetitions of each twin)")
             _run(group_command(opts, group, npass), os.path.join(opts.runs, f"suite-{group}-{npass}.txt"),
                  f"{group} pass {npass}", log)
 

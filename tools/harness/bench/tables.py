@@ -73,7 +73,8 @@ def h2h_block(block, title, vals, inline, failed):
         rxi = sorted({v for (b, r, t), v in inline.items() if b == block and t == "rdmacxx"})
         lines.append(f"(perftest's defaults: -t 128, post list 1, CQ moderation 100, inline up to {pti or '?'} B; "
                      f"rdmacxx-perf's: -t 128, chains of 16, one in 64 signaled, inline up to {rxi or '?'} B)")
-    bad = [f"{h2h.describe(r)} {t} (repetitions {','.join(v)})" for (b, r, t), v in sorted(failed.items()) if b == block]
+    bad = [f"{h2h.describe(r)} {t} (repetitions {','.join(v)})"
+           for (b, r, t), v in sorted(failed.items()) if b == block]
     if bad:
         lines.append("runs without figures (see runs/): " + "; ".join(bad))
     return "\n".join(lines), rows_json
@@ -144,7 +145,8 @@ def suite_checked(checked):
              f"{'row':<34} {'checked':>9} {'rdmacxx':>9} {'raw':>9} {'checked/rdmacxx':>15} {'checked/raw':>11}"]
     for k, c, lib, raw in checked:
         lines.append(f"{k[5:].replace('/', ' '):<34} {c / 1e3:>9.1f} {fmt3(lib / 1e3 if lib else None):>9} "
-                     f"{fmt3(raw / 1e3 if raw else None):>9} {(c / lib if lib else 0):>15.3f} {(c / raw if raw else 0):>11.3f}")
+                     f"{fmt3(raw / 1e3 if raw else None):>9} {(c / lib if lib else 0):>15.3f} "
+                     f"{(c / raw if raw else 0):>11.3f}")
     return lines
 
 
@@ -152,13 +154,14 @@ def suite_asio(asio_rows):
     """The Asio table (bench-asio): co_await against the plain and raw event-driven twins."""
     if not asio_rows:
         return []
-    hdr = (f"{'row':<28} {'unit':<11} {'co_await':>9} {'plain':>9} {'raw':>9} {'co_await/plain':>14} {'co_await/raw':>12} "
-           f"{'plain/raw':>9} {'allocs/op':>9}")
+    hdr = (f"{'row':<28} {'unit':<11} {'co_await':>9} {'plain':>9} {'raw':>9} {'co_await/plain':>14} "
+           f"{'co_await/raw':>12} {'plain/raw':>9} {'allocs/op':>9}")
     lines = ["", "## Asio: co_await on rdmacxx::asio against the plain event-driven twin (rdmacxx, no Asio) and the "
              "raw-verbs event-driven twin (bench-asio)", hdr, "-" * len(hdr)]
     for r in asio_rows:
         al = r["allocs_per_op"]["coawait"]
-        lines.append(f"{r['label']:<28} {r['unit']:<11} {fmt3(r['coawait']):>9} {fmt3(r['plain']):>9} {fmt3(r['raw']):>9} "
+        lines.append(f"{r['label']:<28} {r['unit']:<11} {fmt3(r['coawait']):>9} {fmt3(r['plain']):>9} "
+                     f"{fmt3(r['raw']):>9} "
                      f"{r3(r['coawait_plain']):>14} {r3(r['coawait_raw']):>12} {r3(r['plain_raw']):>9} "
                      f"{(f'{al:.3f}' if al is not None else '-'):>9}")
     for r in asio_rows:

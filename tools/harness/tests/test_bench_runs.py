@@ -17,7 +17,8 @@ def options(*argv):
 
 
 class Build(unittest.TestCase):
-    NINJA = "benchmarks/bench: cpp_LINKER\nbenchmarks/bench-asio: cpp_LINKER\nbenchmarks/perf/rdmacxx-perf: cpp_LINKER\n"
+    NINJA = ("benchmarks/bench: cpp_LINKER\nbenchmarks/bench-asio: cpp_LINKER\n"
+             "benchmarks/perf/rdmacxx-perf: cpp_LINKER\n")
 
     def test_meson_setup(self):
         self.assertEqual(host.meson_setup(options()), [

@@ -64,7 +64,8 @@ class ReportOnly(unittest.TestCase):
         folder, status, stdout, gnuplot = self.report("nodes")
         self.assertEqual(status, 0)
         self.assertEqual(folder.read("head-to-head.txt"), expected("nodes", "head-to-head.txt"))
-        self.assertEqual(json.loads(folder.read("head-to-head.json")), json.loads(expected("nodes", "head-to-head.json")))
+        self.assertEqual(json.loads(folder.read("head-to-head.json")),
+                         json.loads(expected("nodes", "head-to-head.json")))
         self.assertIn("boot_s 48.3", stdout)
         self.assertIn("server on node 1, client on node 2 (198.18.0.1,198.18.0.2)", stdout)
         self.assertFalse(os.path.exists(os.path.join(folder.out, "suite.txt")))
@@ -123,7 +124,8 @@ class SuiteRows(unittest.TestCase):
 
     def test_keys(self):
         self.assertEqual(suite.key_of("lat/rdmacxx/send/busy/8/8/manual_time"), ("rdmacxx", "lat/send/busy/8"))
-        self.assertEqual(suite.key_of("rate/raw/send/chain16/sig64/plain/64/0"), ("raw", "rate/send/chain16/sig64/plain"))
+        self.assertEqual(suite.key_of("rate/raw/send/chain16/sig64/plain/64/0"),
+                         ("raw", "rate/send/chain16/sig64/plain"))
         self.assertEqual(suite.key_of("cq/raw/drain/16/16/iterations:200/manual_time"), ("raw", "cq/drain/16"))
         self.assertEqual(suite.key_of("reg/rdmacxx/thp/4096/4096/1/manual_time"), ("rdmacxx", "reg/thp/4096"))
 
@@ -141,7 +143,8 @@ class SuiteRows(unittest.TestCase):
 
     def test_checked_and_asio(self):
         self.assertEqual([k for k, *_ in suite.checked_rows(self.figures)],
-                         ["rate/send/chain1/sig1/plain", "rate/send/chain16/sig64/plain", "rate/write/chain16/sig64/plain"])
+                         ["rate/send/chain1/sig1/plain", "rate/send/chain16/sig64/plain",
+                          "rate/write/chain16/sig64/plain"])
         asio = suite.asio_rows(self.figures)
         self.assertEqual([r["row"] for r in asio], ["send_rtt", "write_imm_rtt", "send_rate_q64"])
         self.assertIsNone(asio[2]["p99"])
