@@ -62,10 +62,15 @@ def tee(argv, path, environ):
     """Run ARGV, its output (stdout and stderr) both to ours and into PATH; its exit status."""
     with open(path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ)
-        for line in iter(proc.stdout.readline, b""):
-            sys.stdout.buffer.write(line)
-            sys.stdout.flush()
-            log.write(line)
+        try:
+            for line in iter(proc.stdout.readline, b""):
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+                log.write(line)
+        except KeyboardInterrupt:
+            # Ctrl-C reached softroce too: let it power the VMs off before we go.
+            for line in iter(proc.stdout.readline, b""):
+                log.write(line)
         proc.stdout.close()
         return proc.wait()
 

@@ -57,8 +57,13 @@ def hugetlb_pool(reg_max):
 def _run(argv, out_txt, what, log):
     """Run ARGV, its output into OUT_TXT; say when it failed."""
     with open(out_txt, "w") as f:
-        if subprocess.call(argv, stdout=f, stderr=subprocess.STDOUT) != 0:
-            log(f"bench: {what} failed (see runs/)")
+        try:
+            status = subprocess.call(argv, stdout=f, stderr=subprocess.STDOUT)
+        except OSError as e:
+            f.write(f"bench: {argv[0]}: {e}\n")
+            status = 127
+    if status != 0:
+        log(f"bench: {what} failed (see runs/)")
 
 
 def _set_pool(pages):

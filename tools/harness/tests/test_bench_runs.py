@@ -38,6 +38,18 @@ class Build(unittest.TestCase):
         self.assertEqual(host.targets(options("--no-suite"), self.NINJA), ["benchmarks/perf/rdmacxx-perf"])
         self.assertEqual(host.targets(options("--nodes", "2"), self.NINJA), ["benchmarks/perf/rdmacxx-perf"])
 
+    def test_tee(self):
+        """softroce's output goes both to ours and into runs/softroce.txt; its status comes back."""
+        with tempfile.TemporaryDirectory() as out:
+            path = os.path.join(out, "softroce.txt")
+            ours = io.TextIOWrapper(io.BytesIO())
+            with mock.patch("sys.stdout", ours):
+                status = host.tee(["sh", "-c", "echo up; echo oops >&2; exit 3"], path, dict(os.environ))
+            self.assertEqual(status, 3)
+            with open(path) as f:
+                self.assertEqual(f.read(), "up\noops\n")
+            self.assertEqual(ours.buffer.getvalue(), b"up\noops\n")
+
     def test_softroce(self):
         cmd = host.softroce_command(options("--nodes", "2", "--quick"))
         self.assertEqual(cmd[:6], ["/src/tools/softroce", "--timeout", "7200", "--nodes", "2", "--"])
@@ -64,6 +76,14 @@ class SuiteCommands(unittest.TestCase):
         cmd = suite.registration_command(options("--out", "/o", "--full"), "thp")
         self.assertEqual(cmd[1:4], ["--sizes=full", "--reg_max=1073741824", "--benchmark_filter=^reg/[^/]+/thp/"])
         self.assertEqual(cmd[-2], "--benchmark_out=/o/runs/suite-reg-thp.json")
+
+    def test_missing_program(self):
+        said = []
+        with tempfile.TemporaryDirectory() as out:
+            suite._run(["/nonexistent/bench"], os.path.join(out, "x.txt"), "lat pass 1", said.append)
+            with open(os.path.join(out, "x.txt")) as f:
+                self.assertIn("/nonexistent/bench", f.read())
+        self.assertEqual(said, ["bench: lat pass 1 failed (see runs/)"])
 
     def test_passes(self):
         """Per pass each group then asio (when built), the groups --groups names only."""
