@@ -45,7 +45,7 @@ class Options:
         return os.path.join(self.out, "runs")
 
 
-# The flags that take a value: flag -> (Options field, what bash's version said when it was missing).
+# The flags that take a value: flag -> (Options field, the message when the value is missing).
 _VALUED = {
     "--out": ("out", "--out needs a folder"),
     "--nodes": ("nodes", "--nodes needs a number"),
@@ -82,6 +82,8 @@ def parse(argv, top, cwd=None):
         if arg in _SWITCHES:
             field, value = _SWITCHES[arg]
             setattr(opts, field, value)
+            if opts.help:
+                return opts  # the help, whatever follows
             i += 1
         elif arg in _VALUED:
             field, missing = _VALUED[arg]
@@ -91,8 +93,6 @@ def parse(argv, top, cwd=None):
             i += 2
         else:
             raise UsageError(f"unknown argument {arg} (see --help)")
-    if opts.help:
-        return opts
     if given.get("nodes", "1") not in ("1", "2"):
         raise UsageError("--nodes is 1 or 2")
     opts.nodes = int(given.get("nodes", "1"))

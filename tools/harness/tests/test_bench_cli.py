@@ -68,6 +68,7 @@ class Defaults(unittest.TestCase):
     def test_help(self):
         self.assertTrue(parse("-h").help)
         self.assertTrue(parse("--help").help)
+        self.assertTrue(parse("--quick", "--help", "--no-such-flag").help)
 
 
 class Refused(unittest.TestCase):
