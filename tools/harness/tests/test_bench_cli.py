@@ -2,6 +2,8 @@
 
 import contextlib
 import io
+import os
+import subprocess
 import unittest
 
 from harness.bench import cli
@@ -144,6 +146,23 @@ class Main(unittest.TestCase):
                      "--reg-max", "--min-time", "--full", "--passes", "--build", "--out"):
             self.assertIn(flag, out)
         self.assertIn("Exit status: 0 when the tables were printed", out)
+
+
+class EntryPoint(unittest.TestCase):
+    """tools/bench itself: Debian's python3, executable, and it finds its package from anywhere."""
+
+    BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+
+    def test_shebang(self):
+        with open(self.BENCH) as f:
+            self.assertEqual(f.readline(), "#!/usr/bin/python3\n")
+        self.assertTrue(os.access(self.BENCH, os.X_OK))
+
+    def test_runs(self):
+        done = subprocess.run([self.BENCH, "--no-such-flag"], cwd="/", stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, check=False)
+        self.assertEqual((done.returncode, done.stdout, done.stderr),
+                         (2, "", "bench: unknown argument --no-such-flag (see --help)\n"))
 
 
 if __name__ == "__main__":
