@@ -17,6 +17,8 @@ namespace rx = rdmacxx;
 
 namespace {
 
+using test::wait_ok;
+
 // Records what destructors report instead of terminating, for the duration of a test.
 struct recorded_errors {
     recorded_errors() : previous(rx::set_in_flight_handler(&record)) { messages().clear(); }
@@ -40,13 +42,6 @@ struct recorded_errors {
     }
     rx::in_flight_handler previous;
 };
-
-template <class Completion>
-rx::work_completion wait_ok(rx::completion_queue<Completion>& cq) {
-    auto const wc = cq.wait_one();
-    if (!wc.ok()) FAIL("completion failed: " << ::ibv_wc_status_str(wc.status()) << " wr_id " << wc.wr_id());
-    return wc;
-}
 
 template <class Completion, class Post>
 struct tracked {

@@ -39,7 +39,7 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-std::string device_ip() {
+std::string env_device_ip() {
     char const* a = std::getenv("RDMACXX_ADDR");
     if (a == nullptr || *a == '\0') throw std::runtime_error("RDMACXX_ADDR is not set: run under tools/softroce");
     return a;
@@ -62,12 +62,12 @@ int child_peer(std::istringstream& args, int out) {
     if (role == "connect") {
         std::uint16_t port = 0;
         args >> port;
-        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port));
+        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(env_device_ip(), port));
         child_say(out, "up");
         std::this_thread::sleep_for(120s);
         return 0;
     }
-    cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+    cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
     child_say(out, "port " + std::to_string(server.port()));
     auto conn = server.accept<rx::busy_poll>(30s);
     child_say(out, "up");
@@ -85,7 +85,7 @@ int child_hold_event(int out) {
         std::optional<cm::event> held;
         {
             cm::id id{ch, cm::port_space::tcp};
-            id.resolve_address(cm::address::resolve(device_ip(), 1), 2000ms);
+            id.resolve_address(cm::address::resolve(env_device_ip(), 1), 2000ms);
             held = ch.get(10s);
             if (!held || held->type() != cm::event_type::addr_resolved) return 3;
         } // rdma_destroy_id with the event still held
@@ -97,10 +97,10 @@ int child_hold_event(int out) {
         if (moved) return 4;
         child_say(out, "id destroyed while its event was held");
     }
-    cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+    cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
     auto const port = server.port();
     std::thread client([port] {
-        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port));
+        auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(env_device_ip(), port));
         conn.disconnect(20s);
     });
     std::map<rdma_cm_id*, std::unique_ptr<cm::connection<rx::rc, rx::busy_poll>>> conns;
@@ -332,7 +332,7 @@ TEST_SUITE("device") {
     TEST_CASE_TEMPLATE("cm fault: a peer killed with SIGKILL flushes everything in flight and ends the connection", C,
                        rx::busy_poll, rx::event_driven) {
         SUBCASE("the survivor accepted") {
-            cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+            cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
             child_process peer{"peer connect " + std::to_string(server.port())};
             auto conn = server.template accept<C>(30s);
             REQUIRE(peer.line(30s) == "up");
@@ -344,7 +344,7 @@ TEST_SUITE("device") {
             auto const said = peer.line(30s);
             REQUIRE(said.rfind("port ", 0) == 0);
             auto const port = static_cast<std::uint16_t>(std::stoi(said.substr(5)));
-            auto conn = cm::connect<rx::rc, C>(cm::address::resolve(device_ip(), port));
+            auto conn = cm::connect<rx::rc, C>(cm::address::resolve(env_device_ip(), port));
             REQUIRE(peer.line(30s) == "up");
             survive_the_kill(conn, peer, "survivor connected");
             CHECK(peer.wait(10s).has_value());
@@ -371,11 +371,11 @@ TEST_SUITE("device") {
 
         // A connection on a shared channel: wait_disconnected is bounded and answers false while
         // the peer stays; it used to dereference the missing own channel.
-        cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+        cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
         auto const port = server.port();
         std::optional<cm::connection<rx::rc, rx::busy_poll>> client;
         std::thread t(
-            [&] { client.emplace(cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port))); });
+            [&] { client.emplace(cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(env_device_ip(), port))); });
         auto req = server.get_request(30s);
         auto served = req.accept_shared<rx::rc, rx::busy_poll>();
         auto const deadline = steady::now() + 30s;
@@ -411,7 +411,7 @@ TEST_SUITE("device") {
         attr.grh.sgid_index = 1;
         attr.grh.hop_limit = 1;
         REQUIRE(::ibv_query_gid(ctx.native_handle(), 1, 1, &attr.grh.dgid) == 0);
-        auto const local = cm::address::resolve(device_ip(), 0);
+        auto const local = cm::address::resolve(env_device_ip(), 0);
         auto const group = cm::address::resolve("239.1.2.9", 0);
         { cm::multicast_group<rx::busy_poll> warm{local, group}; } // first-use mappings, made once
         std::size_t const before = device_mapping_count();
@@ -431,11 +431,11 @@ TEST_SUITE("device") {
     }
 
     TEST_CASE("cm fault: reply_to refuses a buffer or completion shorter than the 40-byte GRH") {
-        cm::listener<rx::ud> server{cm::address::resolve(device_ip(), 0)};
+        cm::listener<rx::ud> server{cm::address::resolve(env_device_ip(), 0)};
         auto const port = server.port();
         std::optional<cm::connection<rx::ud, rx::busy_poll>> client;
         std::thread t(
-            [&] { client.emplace(cm::connect<rx::ud, rx::busy_poll>(cm::address::resolve(device_ip(), port))); });
+            [&] { client.emplace(cm::connect<rx::ud, rx::busy_poll>(cm::address::resolve(env_device_ip(), port))); });
         auto conn = server.accept<rx::busy_poll>(30s);
         t.join();
         std::vector<std::byte> buf(39);

@@ -27,20 +27,7 @@ using test::background;
 using test::device_address;
 using test::device_ip;
 
-// The next completion of a busy-poll CQ within 30 s (a test never waits forever).
-rx::work_completion next_wc(rx::completion_queue<rx::busy_poll>& cq) {
-    auto const deadline = std::chrono::steady_clock::now() + 30s;
-    for (;;) {
-        rx::work_completion wc;
-        if (cq.poll(std::span{&wc, 1}) == 1) {
-            wc.throw_if_error();
-            return wc;
-        }
-        if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no completion within 30 s");
-    }
-}
-
-ibv_qp_attr query(ibv_qp* qp) {
+ibv_qp_attr query_path(ibv_qp* qp) {
     ibv_qp_attr attr{};
     ibv_qp_init_attr init{};
     REQUIRE(::ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_TIMEOUT, &init) == 0);
@@ -68,10 +55,10 @@ TEST_SUITE("cm options") {
                 cm::connection_options opt;
                 opt.params.timeout = server_timeout;
                 auto conn = server.accept<rx::busy_poll>(20s, opt);
-                server_attr = query(conn.qp().native_handle());
+                server_attr = query_path(conn.qp().native_handle());
                 test::buffer buf(conn.pd(), 256);
                 conn.qp().post_recv(rx::recv{buf.span()});
-                auto const wc = next_wc(conn.cq());
+                auto const wc = test::wait_ok(conn.cq());
                 server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
                 (void)conn.wait_disconnected(20s);
             });
@@ -79,12 +66,12 @@ TEST_SUITE("cm options") {
             opt.type_of_service = tos;
             opt.params.timeout = std::chrono::milliseconds{50}; // a duration, rounded up to 4.096 µs × 2ⁿ
             auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
-            ibv_qp_attr const client_attr = query(conn.qp().native_handle());
+            ibv_qp_attr const client_attr = query_path(conn.qp().native_handle());
             std::string const msg = "sent with DSCP 26";
             test::buffer out(conn.pd(), msg.size());
             std::memcpy(out.bytes_.data(), msg.data(), msg.size());
             conn.qp().post(rx::send{out.span()});
-            (void)next_wc(conn.cq());
+            (void)test::wait_ok(conn.cq());
             conn.disconnect(20s);
             srv.join();
 
@@ -183,7 +170,7 @@ TEST_SUITE("cm options") {
         opt.traffic_class = 0x68;
         opt.flow_label = 0xabcde;
         test::loopback<rx::rc, rx::busy_poll> lb({}, opt);
-        ibv_qp_attr const attr = query(lb.a.native_handle());
+        ibv_qp_attr const attr = query_path(lb.a.native_handle());
         CHECK(attr.ah_attr.is_global == 1);
         CHECK(attr.ah_attr.grh.traffic_class == 0x68);
         CHECK(attr.ah_attr.grh.flow_label == 0xabcde);
@@ -193,8 +180,8 @@ TEST_SUITE("cm options") {
         test::buffer src(lb.pd, 64, std::byte{0x5a}), dst(lb.pd, 64);
         lb.b.post_recv(rx::recv{dst.span()});
         lb.a.post(rx::send{src.span()});
-        (void)next_wc(lb.cq_a);
-        (void)next_wc(lb.cq_b);
+        (void)test::wait_ok(lb.cq_a);
+        (void)test::wait_ok(lb.cq_b);
         CHECK(dst.bytes_ == src.bytes_);
 
         rx::completion_queue<rx::busy_poll> cq{lb.ctx, 16};
@@ -221,8 +208,8 @@ TEST_SUITE("cm options") {
         test::buffer in(pd, rx::ud::grh_bytes + 64), out(pd, 64, std::byte{0x42});
         rx_qp.post_recv(rx::recv{in.span()});
         tx.post(rx::send{out.span()}.to(ah, rx_qp.qp_num(), rx::connect_options{}.qkey));
-        rx::work_completion wc = next_wc(cq);
-        if (!wc.is_recv()) wc = next_wc(cq);
+        rx::work_completion wc = test::wait_ok(cq);
+        if (!wc.is_recv()) wc = test::wait_ok(cq);
         REQUIRE(wc.is_recv());
         // RoCE v2 over IPv4: the last 20 bytes of the 40-byte GRH area hold the IPv4 header, whose
         // second byte is the TOS, which carries the traffic class.
@@ -251,17 +238,17 @@ TEST_SUITE("cm options") {
             server_target = mr.remote();
             ready = true;
             // The client WRITEs into server_mem, then SENDs; UC delivers in order.
-            auto const wc = next_wc(conn.cq());
+            auto const wc = test::wait_ok(conn.cq());
             server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
             std::string const reply = "uc reply";
             std::memcpy(buf.bytes_.data(), reply.data(), reply.size());
             conn.qp().post(rx::send{buf.span().first(reply.size())});
-            (void)next_wc(conn.cq());
+            (void)test::wait_ok(conn.cq());
             (void)conn.wait_disconnected(20s);
         });
         auto conn = cm::connect<rx::uc, rx::busy_poll>(device_address(port));
         CHECK(conn.state() == cm::connection_state::established);
-        ibv_qp_attr const attr = query(conn.qp().native_handle());
+        ibv_qp_attr const attr = query_path(conn.qp().native_handle());
         CHECK(attr.qp_state == IBV_QPS_RTS);
         CHECK(conn.qp().native_handle()->qp_type == IBV_QPT_UC);
         test::buffer in(conn.pd(), 256);
@@ -279,7 +266,7 @@ TEST_SUITE("cm options") {
         conn.qp().post(rx::send{out.span()});
         std::string client_got;
         for (int i = 0; i < 3; ++i) {
-            auto const wc = next_wc(conn.cq());
+            auto const wc = test::wait_ok(conn.cq());
             if (wc.is_recv()) client_got.assign(reinterpret_cast<char const*>(in.bytes_.data()), wc.byte_len());
         }
         conn.disconnect(20s);

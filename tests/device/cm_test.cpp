@@ -28,6 +28,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using test::wait_ok;
+
 using test::background;
 using test::device_address;
 using test::device_ip;
@@ -44,35 +46,6 @@ bool private_data_matches(std::span<std::byte const> got, std::span<std::byte co
     if (!std::equal(sent.begin(), sent.end(), got.begin())) return false;
     return std::all_of(got.begin() + static_cast<std::ptrdiff_t>(sent.size()), got.end(),
                        [](std::byte b) { return b == std::byte{0}; });
-}
-
-// The next completion of `cq`, within `limit`: busy-polls, or for a CQ with a completion
-// channel arms it and sleeps on the channel's descriptor. A test never waits forever.
-template <class Completion>
-rx::work_completion wait_ok(rx::completion_queue<Completion>& cq, std::chrono::seconds limit = 30s) {
-    auto const deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        rx::work_completion wc;
-        if (cq.poll(std::span{&wc, 1}) == 1) {
-            wc.throw_if_error(); // a failed completion's opcode is undefined: no side from it
-            return wc;
-        }
-        if (std::chrono::steady_clock::now() > deadline)
-            throw std::runtime_error("no completion within " + std::to_string(limit.count()) + " s");
-        if constexpr (Completion::uses_channel) {
-            cq.arm();
-            if (cq.poll(std::span{&wc, 1}) == 1) {
-                wc.throw_if_error(); // a failed completion's opcode is undefined: no side from it
-                return wc;
-            }
-            pollfd pfd{cq.channel()->fd, POLLIN, 0};
-            if (::poll(&pfd, 1, 100) > 0) {
-                ibv_cq* ev_cq = nullptr;
-                void* ev_ctx = nullptr;
-                if (::ibv_get_cq_event(cq.channel(), &ev_cq, &ev_ctx) == 0) cq.note_event();
-            }
-        }
-    }
 }
 
 std::size_t open_fds() {

@@ -6,10 +6,12 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +69,26 @@ inline std::string device_ip() {
     char const* a = std::getenv("RDMACXX_ADDR");
     if (a == nullptr || *a == '\0') FAIL("RDMACXX_ADDR is not set: run the device tests under tools/softroce");
     return a;
+}
+
+/// The next completion of `cq`, whatever its status, within `limit` (busy-polls, or sleeps on
+/// the CQ's channel): a test never waits forever. @throws std::runtime_error when none came.
+template <class Completion>
+rx::work_completion next_completion(rx::completion_queue<Completion>& cq,
+                                    std::chrono::milliseconds limit = std::chrono::seconds{30}) {
+    auto wc = cq.wait_one(limit);
+    if (!wc) throw std::runtime_error("no completion within " + std::to_string(limit.count()) + " ms");
+    return *wc;
+}
+
+/// The next completion of `cq`, which must have succeeded, within `limit`.
+/// @throws wc_error for a failed one; std::runtime_error when none came.
+template <class Completion>
+rx::work_completion wait_ok(rx::completion_queue<Completion>& cq,
+                            std::chrono::milliseconds limit = std::chrono::seconds{30}) {
+    auto wc = next_completion(cq, limit);
+    wc.throw_if_error(); // a failed completion's opcode is undefined: no side from it
+    return wc;
 }
 
 /// The test device's address with `port` (0: any), for the RDMA CM.

@@ -23,6 +23,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using test::wait_ok;
+
 // Runs `f` on a thread and waits up to `bound` for it: false when it has not returned by then
 // (the thread is left behind, blocked, and the caller fails the test).
 bool finishes_within(std::chrono::milliseconds bound, std::function<void()> f) {
@@ -41,14 +43,6 @@ bool finishes_within(std::chrono::milliseconds bound, std::function<void()> f) {
 }
 
 void fill_pattern_span(rx::local_span<std::byte> mem) { test::fill_pattern(std::span{mem.data(), mem.size()}, 3); }
-
-template <class Completion>
-rx::work_completion wait_ok(rx::completion_queue<Completion>& cq) {
-    auto const wc = cq.wait_one(10s);
-    REQUIRE_MESSAGE(wc.has_value(), "no completion within 10 s");
-    if (!wc->ok()) FAIL("completion failed: " << ::ibv_wc_status_str(wc->status()) << " wr_id " << wc->wr_id());
-    return *wc;
-}
 
 // A SEND from `a` into a receive posted on `b` (or on `srq` when given), both completions polled.
 template <class QpA, class QpB, class Completion>

@@ -46,17 +46,6 @@ ibv_device_attr limits(ibv_context* ctx) {
     return dev;
 }
 
-// The next completion of a busy-poll `cq`, within `limit` (a test never waits forever).
-rx::work_completion next_wc(rx::completion_queue<rx::busy_poll>& cq, std::chrono::seconds limit = 20s) {
-    auto const deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        rx::work_completion wc;
-        if (cq.poll(std::span{&wc, 1}) == 1) return wc;
-        if (std::chrono::steady_clock::now() > deadline)
-            throw std::runtime_error("no completion within " + std::to_string(limit.count()) + " s");
-    }
-}
-
 // The responder refused the request for want of access rights: IBV_WC_REM_ACCESS_ERR, or on rxe
 // (which checks the QP's access flags as it parses the request) IBV_WC_REM_INV_REQ_ERR.
 bool refused(rx::work_completion const& wc) {
@@ -162,18 +151,18 @@ TEST_CASE("options: remote access is granted only as asked") {
         pair p{{}, {}};
         test::buffer src(p.pd, 64), dst(p.pd, 64);
         p.a.post(rx::write{src.span(), dst.mr.remote()}.id(1));
-        CHECK(refused(next_wc(p.cq_a)));
+        CHECK(refused(test::next_completion(p.cq_a)));
     }
     SUBCASE("a WRITE to a QP that granted remote write succeeds; a READ from it fails") {
         pair p{{}, granted};
         test::buffer src(p.pd, 64), dst(p.pd, 64);
         test::fill_pattern(src.bytes_, 3);
         p.a.post(rx::write{src.span(), dst.mr.remote()}.id(1));
-        auto const wc = next_wc(p.cq_a);
+        auto const wc = test::next_completion(p.cq_a);
         CHECK(wc.ok());
         CHECK(dst.bytes_ == src.bytes_);
         p.a.post(rx::read{src.span(), dst.mr.remote()}.id(2));
-        CHECK(refused(next_wc(p.cq_a)));
+        CHECK(refused(test::next_completion(p.cq_a)));
     }
 }
 
@@ -193,7 +182,7 @@ TEST_CASE("options: several RDMA READs and atomics in flight at once all complet
     p.a.post(std::span<rx::read<> const>{reads}); // one chain: 16 READs outstanding together
     std::vector<bool> seen(n);
     for (std::size_t i = 0; i < n; ++i) {
-        auto const wc = next_wc(p.cq_a);
+        auto const wc = test::next_completion(p.cq_a);
         REQUIRE(wc.ok());
         REQUIRE(wc.wr_id() < n);
         seen[wc.wr_id()] = true;
@@ -205,7 +194,7 @@ TEST_CASE("options: several RDMA READs and atomics in flight at once all complet
     for (std::uint64_t i = 0; i < n; ++i)
         p.a.post(rx::fetch_add{results.mr.span<std::uint64_t>(i, 1), counter.mr.remote<std::uint64_t>(), 1}.id(i));
     for (std::size_t i = 0; i < n; ++i)
-        REQUIRE(next_wc(p.cq_a).ok());
+        REQUIRE(test::next_completion(p.cq_a).ok());
     std::uint64_t total = 0;
     std::memcpy(&total, counter.bytes_.data(), 8);
     CHECK(total == n);
@@ -230,8 +219,8 @@ TEST_CASE("options: two QPs given different path MTUs use the smaller one") {
     p.a.post(rx::send{a_buf.span()}.id(1));
     p.b.post(rx::send{b_buf.span()}.id(2));
     for (int i = 0; i < 2; ++i) {
-        CHECK(next_wc(p.cq_a).ok());
-        CHECK(next_wc(p.cq_b).ok());
+        CHECK(test::next_completion(p.cq_a).ok());
+        CHECK(test::next_completion(p.cq_b).ok());
     }
     CHECK(b_in.bytes_ == a_buf.bytes_);
     CHECK(a_in.bytes_ == b_buf.bytes_);
@@ -317,7 +306,7 @@ TEST_CASE("wire: a remote_span encoded into the CM's private data is written to 
         test::buffer src(conn.pd(), 256);
         test::fill_pattern(src.bytes_, 5);
         conn.qp().post(rx::write{src.span(), peer}.id(1));
-        auto const wc = next_wc(conn.cq());
+        auto const wc = test::next_completion(conn.cq());
         CHECK(wc.ok());
         conn.disconnect();
         srv.join();

@@ -18,6 +18,8 @@ namespace rx = rdmacxx;
 
 namespace {
 
+using test::wait_ok;
+
 template <class Transport, class Completion>
 struct combo {
     using transport = Transport;
@@ -29,13 +31,6 @@ struct combo {
         combo<rx::uc, rx::event_driven>, combo<rx::rc, rx::adaptive>, combo<rx::uc, rx::adaptive>
 #define RC_COMBOS combo<rx::rc, rx::busy_poll>, combo<rx::rc, rx::event_driven>, combo<rx::rc, rx::adaptive>
 #define ALL_COMPLETIONS rx::busy_poll, rx::event_driven, rx::adaptive
-
-template <class Completion>
-rx::work_completion wait_ok(rx::completion_queue<Completion>& cq) {
-    auto const wc = cq.wait_one();
-    if (!wc.ok()) FAIL("completion failed: " << ::ibv_wc_status_str(wc.status()) << " wr_id " << wc.wr_id());
-    return wc;
-}
 
 template <class Completion>
 struct ud_pair {

@@ -10,13 +10,10 @@
 namespace rx = rdmacxx;
 
 namespace {
+
+using test::wait_ok;
 constexpr std::size_t sizes[] = {1, 63, 4096, 65537, std::size_t{1} << 20};
 
-rx::work_completion wait_ok(rx::completion_queue<rx::busy_poll>& cq) {
-    auto const wc = cq.wait_one();
-    if (!wc.ok()) FAIL("completion failed: " << ::ibv_wc_status_str(wc.status()));
-    return wc;
-}
 } // namespace
 
 TEST_CASE("RC send/recv moves the bytes, several sizes from 1 B to 1 MiB") {

@@ -133,7 +133,7 @@ class Background:
         self.folder = Path(tempfile.mkdtemp(prefix=f"rdmacxx-check-{name}-", dir="/var/tmp"))
         self.log = self.folder / "output.log"
         self.report = self.folder / "report.json"
-        cmd = ["nice", "-n", "19", sys.executable, str(top / "tools" / "check"), "--no-setup",
+        cmd = ["nice", "-n", "19", str(top / "tools" / "check"), "--no-setup",
                "--report", str(self.report)]
         cmd += [a for s in suites for a in ("--suite", s)]
         cmd += [a for b in extra_builds for a in ("--build", b)]
@@ -217,7 +217,8 @@ def run_in_lanes(top: Path, tally: Tally, chosen: list[str], only_gcc: bool) -> 
     first = Background(top, "builds", [s for s in chosen if s in BACKGROUND_FIRST_SUITES],
                        first_builds, made)
     run_suites(ctx, [s for s in chosen if s == "nodes"], only_gcc)
-    first.join(tally)
+    with tally.stage("waiting for the background builds"):
+        first.join(tally)
     ctx.made += [b for b in first_builds if (builds.BUILDS[b].folder(top) / "build.ninja").exists()
                  and f"build {b}" not in tally.failures]
     rest = [s for s in chosen if s not in VM_SUITES and s not in BACKGROUND_FIRST_SUITES]
