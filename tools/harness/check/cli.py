@@ -152,8 +152,10 @@ class Background:
         self.folder.rmdir()
 
 
-def use_ccache() -> None:
-    """Sets up ccache for the builds when it is there (the cache outside the tree)."""
+def use_ccache(top: Path) -> None:
+    """Sets up ccache for the builds when it is there: the cache outside the tree, and paths
+    under the tree hashed as relative ones, so that another clone of the same sources (CI's)
+    finds what this one compiled."""
     if os.environ.get("CHECK_NO_CCACHE") == "1":
         os.environ["CCACHE_DISABLE"] = "1"
         return
@@ -167,6 +169,7 @@ def use_ccache() -> None:
         if not os.environ["CCACHE_DIR"]:
             os.environ["CCACHE_DIR"] = str(Path.home() / ".cache" / "rdmacxx" / "ccache")
     os.environ.setdefault("CCACHE_MAXSIZE", "8G")
+    os.environ.setdefault("CCACHE_BASEDIR", str(top))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     top = Path(__file__).resolve().parents[3]
     os.chdir(top)
-    use_ccache()
+    use_ccache(top)
     tally = Tally()
     only_gcc = os.environ.get("CHECK_ONLY") == "gcc"
     # Every suite runs in the table's order, whatever the order of the flags.

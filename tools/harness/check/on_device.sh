@@ -22,20 +22,33 @@ example() {
   "$@" >"$logs/$name.log" 2>&1
   echo $? >"$logs/$name.status"
 }
-# pair NAME PROGRAM ARGS...: a server and a client of PROGRAM with ARGS; both must succeed.
-pair() {
-  local name=$1 prog=$2 c s
+# server_client NAME DELAY SERVER... -- CLIENT...: SERVER in the background, CLIENT DELAY seconds
+# later, each bounded by 300 s; both must succeed.
+server_client() {
+  local name=$1 delay=$2 server=() c s
   shift 2
+  while [ "$1" != -- ]; do
+    server+=("$1")
+    shift
+  done
+  shift
   {
-    timeout 300 "$prog" "$@" &
-    sleep 0.5
-    timeout 300 "$prog" "$@" "$RDMACXX_ADDR"
+    timeout 300 "${server[@]}" &
+    sleep "$delay"
+    timeout 300 "$@"
     c=$?
     wait $!
     s=$?
     [ $c -eq 0 ] && [ $s -eq 0 ]
   } >"$logs/$name.log" 2>&1
   echo $? >"$logs/$name.status"
+}
+# pair NAME PROGRAM ARGS...: rdma-core's style of example, server and client of PROGRAM with ARGS,
+# the client given the server's address last.
+pair() {
+  local name=$1 prog=$2
+  shift 2
+  server_client "$name" 0.5 "$prog" "$@" -- "$prog" "$@" "$RDMACXX_ADDR"
 }
 # perf_pair NAME PORT TEST ARGS...: rdmacxx-perf (benchmarks/perf), server and client as two
 # processes, --json; both must succeed and the client's JSON must hold the test's figures.
@@ -55,27 +68,6 @@ perf_pair() {
   } >"$logs/$name.log" 2>&1
   echo $? >"$logs/$name.status"
 }
-# cm_pair NAME DELAY SERVER... -- CLIENT...: the RDMA CM examples, which take addresses by flag.
-cm_pair() {
-  local name=$1 delay=$2 server=() c s
-  shift 2
-  while [ "$1" != -- ]; do
-    server+=("$1")
-    shift
-  done
-  shift
-  {
-    timeout 300 "${server[@]}" &
-    sleep "$delay"
-    timeout 300 "$@"
-    c=$?
-    wait $!
-    s=$?
-    [ $c -eq 0 ] && [ $s -eq 0 ]
-  } >"$logs/$name.log" 2>&1
-  echo $? >"$logs/$name.status"
-}
-
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tools/lsan.supp
 # The doctest programs one at a time (rxe can drop completions when many QPs run at once): the
@@ -100,13 +92,13 @@ pair srq_pingpong "$build/examples/srq_pingpong" -q 4 -n 200 -s 4096
 # is built by the release build only (when Meson finds Asio); missing there, it fails.
 has release && example bench_asio timeout 300 build-check-release/benchmarks/bench-asio \
   --benchmark_min_time=0.001 &
-cm_pair cm_server_client 0.5 "$build/examples/cm_server" -n 100 -S 4096 -- \
+server_client cm_server_client 0.5 "$build/examples/cm_server" -n 100 -S 4096 -- \
   "$build/examples/cm_client" -s "$RDMACXX_ADDR" -n 100 -S 4096
-cm_pair cm_server_client_events 0.5 "$build/examples/cm_server" -e -- \
+server_client cm_server_client_events 0.5 "$build/examples/cm_server" -e -- \
   "$build/examples/cm_client" -e -s "$RDMACXX_ADDR"
-cm_pair cm_ud 0.5 "$build/examples/cm_ud" -b "$RDMACXX_ADDR" -C 20 -S 512 -- \
+server_client cm_ud 0.5 "$build/examples/cm_ud" -b "$RDMACXX_ADDR" -C 20 -S 512 -- \
   "$build/examples/cm_ud" -s "$RDMACXX_ADDR" -C 20 -S 512
-cm_pair mckey 2 "$build/examples/mckey" -b "$RDMACXX_ADDR" -C 20 -S 200 -- \
+server_client mckey 2 "$build/examples/mckey" -b "$RDMACXX_ADDR" -C 20 -S 200 -- \
   "$build/examples/mckey" -b "$RDMACXX_ADDR" -s -C 20 -S 200
 example epoll_server "$build/examples/epoll_server" -c 4 -n 200
 # One listener, PD, registered buffer, SRQ and CQ on one completion channel for 32 clients, then
