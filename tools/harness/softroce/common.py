@@ -115,13 +115,20 @@ class Signals:
     deferred() block (cleanup) the first one is only recorded, and raised at the block's end."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets any signal received (for tests)."""
         self.received: int | None = None
         self._raised = False
         self._deferring = 0
 
     def install(self) -> None:
-        signal.signal(signal.SIGINT, self._handler)
-        signal.signal(signal.SIGTERM, self._handler)
+        """Handles SIGINT and SIGTERM, except one ignored on entry (as a shell's trap does:
+        a background job of a non-interactive shell keeps ignoring SIGINT)."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                signal.signal(signum, self._handler)
 
     def _handler(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is not None:
