@@ -120,6 +120,7 @@ the guest init and the ssh configuration templates). Unit tests: cd tools &&
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import traceback
@@ -188,8 +189,21 @@ def parse_args(argv: Sequence[str]) -> Options | None:
                    keep_going=keep_going, verbose=verbose)
 
 
+def undo_locale_coercion() -> None:
+    """Python sets LC_CTYPE=C.UTF-8 in its own environment when it starts in the C locale
+    (PEP 538): the command must get the caller's environment as it was."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            initial = f.read().split(b"\0")
+    except OSError:
+        return
+    if not any(entry.startswith(b"LC_CTYPE=") for entry in initial):
+        os.environ.pop("LC_CTYPE", None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """softroce's exit status for the command line ARGV (default sys.argv[1:])."""
+    undo_locale_coercion()
     SIGNALS.install()
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)

@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import math
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 
 PROG = "softroce"
@@ -274,3 +276,16 @@ class Options:
     route: str = "auto"
     keep_going: bool = False
     verbose: bool = False
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new folder PARENT/PREFIXxxxxxx (mode 0700), named as mktemp(1) names them: six
+    letters and digits."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    while True:
+        path = parent / (prefix + "".join(secrets.choice(alphabet) for _ in range(6)))
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            continue

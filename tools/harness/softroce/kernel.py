@@ -28,14 +28,13 @@ import re
 import shutil
 import struct
 import subprocess
-import tempfile
 import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from .common import (APT, Deadline, SetupError, have, is_root, need, need_package, output,
-                     say, want_rxe_provider)
+from .common import (APT, Deadline, SetupError, have, is_root, make_temp_dir, need,
+                     need_package, output, say, want_rxe_provider)
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 
@@ -104,6 +103,8 @@ class CacheLock:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            # flock(2) converts by unlocking first: make sure we hold it shared again.
+            fcntl.flock(self.fd, fcntl.LOCK_SH)
             yield False
             return
         try:
@@ -276,7 +277,7 @@ def _build(deb_pattern: str, package: str, kdir: Path, kver: str, boot: Path,
            deadline: Deadline) -> Path:
     """Makes BOOT (kernel, initrd.img) from the kernel package, downloading it when the
     cache lacks it; returns the package's path."""
-    tmp = Path(tempfile.mkdtemp(prefix="tmp.", dir=kdir))
+    tmp = make_temp_dir(kdir, "tmp.")
     try:
         debs = sorted(kdir.glob(deb_pattern))
         if debs:

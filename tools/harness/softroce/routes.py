@@ -105,7 +105,7 @@ def quiet(*command: str) -> bool:
 def loud(*command: str) -> bool:
     """Runs COMMAND, its messages shown; True when it succeeded."""
     try:
-        return subprocess.run(command, stdout=subprocess.DEVNULL, check=False).returncode == 0
+        return subprocess.run(command, check=False).returncode == 0
     except OSError:
         return False
 

@@ -18,14 +18,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .common import (DEVICE, EXIT_SETUP, IFNAME, PREFIX, SIGNALS, Deadline, Exit, Options,
-                     SetupError, exit_status, node_addr, say, stop_process)
+                     SetupError, exit_status, make_temp_dir, node_addr, say, stop_process)
 from .console import Console
 from .kernel import BootFiles
 
@@ -198,7 +197,7 @@ class Vm:
 @contextlib.contextmanager
 def run_folder(boot: BootFiles) -> Iterator[Path]:
     """A new run folder, removed when the block ends however it ends."""
-    run = Path(tempfile.mkdtemp(prefix="run.", dir=boot.cache / "runs"))
+    run = make_temp_dir(boot.cache / "runs", "run.")
     try:
         yield run
     finally:
