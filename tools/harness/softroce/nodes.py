@@ -18,13 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-from .common import (DEVICE, SetupError, Deadline, Exit, EXIT_SETUP, Options, need,
-                     node_addr, say)
+from .common import (DEVICE, EXIT_SETUP, Deadline, Exit, Options, SetupError, need, node_addr,
+                     say)
 from .console import Console
 from .kernel import GUEST_DIR, BootFiles
 from .switch import Switch
-from .vm import Vm, qemu_args, read_status, run_folder, show_tail, stop_all, vm_cpus, \
-    write_run_files
+from .vm import (Vm, qemu_args, read_status, run_folder, show_tail, stop_all, vm_cpus,
+                 write_run_files)
 
 
 def render(template: str, **values: str) -> str:
