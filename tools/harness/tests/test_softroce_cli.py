@@ -4,6 +4,8 @@ failures into exit statuses."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import sys
 import unittest
 from unittest import mock
@@ -85,7 +87,6 @@ class Main(unittest.TestCase):
         patcher.start()
         self.addCleanup(patcher.stop)
         # main installs the handlers: put the test runner's back afterwards.
-        import signal
         saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         self.addCleanup(lambda: [signal.signal(s, h) for s, h in saved.items()])
         SIGNALS.reset()
@@ -131,6 +132,35 @@ class Main(unittest.TestCase):
     def test_bug_exits_125(self) -> None:
         self.assertEqual(self.run_main(["true"], RuntimeError("oops")), 125)
         self.assertIn("softroce: internal error:", self.err.getvalue())
+
+
+class SignalHandling(unittest.TestCase):
+    def setUp(self) -> None:
+        saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.addCleanup(lambda: [signal.signal(s, h) for s, h in saved.items()])
+        patcher = mock.patch.object(sys, "stderr", io.StringIO())
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        SIGNALS.reset()
+        self.addCleanup(SIGNALS.reset)
+
+    def test_sigint_ignored_on_entry_stays_ignored(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        SIGNALS.install()
+        self.assertEqual(signal.getsignal(signal.SIGINT), signal.SIG_IGN)
+        self.assertNotIn(signal.getsignal(signal.SIGTERM), (signal.SIG_IGN, signal.SIG_DFL))
+
+    def test_deferred_then_raised_once(self) -> None:
+        SIGNALS.install()
+        steps = []
+        with self.assertRaises(Interrupted) as caught:
+            with SIGNALS.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                steps.append("cleanup went on")
+                os.kill(os.getpid(), signal.SIGINT)  # a second signal is ignored
+                steps.append("still")
+        self.assertEqual((steps, caught.exception.status), (["cleanup went on", "still"], 143))
+        self.assertEqual(sys.stderr.getvalue(), "softroce: interrupted (SIGTERM)\n")
 
 
 if __name__ == "__main__":
