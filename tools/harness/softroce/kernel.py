@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from .common import (APT, Deadline, SetupError, have, is_root, make_temp_dir, need,
+from .common import (APT, SIGNALS, Deadline, SetupError, have, is_root, make_temp_dir, need,
                      need_package, output, say, want_rxe_provider)
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
@@ -300,7 +300,8 @@ def _build(deb_pattern: str, package: str, kdir: Path, kver: str, boot: Path,
             os.rename(tmp / "boot", boot)
         return deb
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with SIGNALS.deferred():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def prune(lock: CacheLock, cache: Path, kver: str, keep: set[str]) -> None:
