@@ -51,6 +51,9 @@ TEST_SUITE("cm options") {
             std::uint16_t const port = server.port();
             ibv_qp_attr server_attr{};
             std::string server_got;
+            // The client sends once the server's receive is posted: a SEND that finds none is an
+            // RNR NAK, and a slow server (ASan under emulation) could run out the RNR retries.
+            std::atomic<bool> receive_posted{false};
             background srv([&] {
                 cm::connection_options opt;
                 opt.params.timeout = server_timeout;
@@ -58,6 +61,7 @@ TEST_SUITE("cm options") {
                 server_attr = query_path(conn.qp().native_handle());
                 test::buffer buf(conn.pd(), 256);
                 conn.qp().post_recv(rx::recv{buf.span()});
+                receive_posted = true;
                 auto const wc = test::wait_ok(conn.cq());
                 server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), wc.byte_len());
                 (void)conn.wait_disconnected(20s);
@@ -70,6 +74,10 @@ TEST_SUITE("cm options") {
             std::string const msg = "sent with DSCP 26";
             test::buffer out(conn.pd(), msg.size());
             std::memcpy(out.bytes_.data(), msg.data(), msg.size());
+            auto const ready_by = std::chrono::steady_clock::now() + 20s;
+            while (!receive_posted && std::chrono::steady_clock::now() < ready_by)
+                std::this_thread::sleep_for(1ms);
+            REQUIRE(receive_posted);
             conn.qp().post(rx::send{out.span()});
             (void)test::wait_ok(conn.cq());
             conn.disconnect(20s);

@@ -54,7 +54,7 @@ import tempfile
 from pathlib import Path
 
 from . import builds
-from .suites import SUITES, Context
+from .suites import SUITES, Context, device_part
 from .tally import Tally
 
 # The full run's lanes: the VM suites in the main lane; first the builds they need and the
@@ -208,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_in_lanes(top: Path, tally: Tally, chosen: list[str], only_gcc: bool) -> None:
-    """The full run: the g++ build; then the VM suites in the main lane while the background
-    lane makes the other builds and the consumers; then the compile-only and host suites in the
-    background, beside the device suite."""
+    """The full run. Main lane: the g++ build, then the VM suites: nodes, the device programs
+    that need only the g++ build, then (once the background builds are made) the rest of the
+    device suite. Background lane (nice 19): the other builds and the consumers, then the
+    compile-only and host suites beside the rest of the device suite."""
     made = make_builds(top, tally, [("gcc", True)])
     ctx = Context(top, made, tally)
     if "gcc" not in made:
@@ -220,12 +221,23 @@ def run_in_lanes(top: Path, tally: Tally, chosen: list[str], only_gcc: bool) -> 
     first = Background(top, "builds", [s for s in chosen if s in BACKGROUND_FIRST_SUITES],
                        first_builds, made)
     run_suites(ctx, [s for s in chosen if s == "nodes"], only_gcc)
+    if "device" in chosen:
+        with tally.stage("device: the g++ build's programs"):
+            device_part(ctx, "g++")
     with tally.stage("waiting for the background builds"):
         first.join(tally)
     ctx.made += [b for b in first_builds if (builds.BUILDS[b].folder(top) / "build.ninja").exists()
                  and f"build {b}" not in tally.failures]
     rest = [s for s in chosen if s not in VM_SUITES and s not in BACKGROUND_FIRST_SUITES]
     second = Background(top, "suites", rest, [], ctx.made) if rest else None
-    run_suites(ctx, [s for s in chosen if s == "device"], only_gcc)
+    if "device" in chosen:
+        with tally.stage("device: the other builds' programs, the consumers"):
+            missing = [b for b in SUITES["device"].needs
+                       if b not in ctx.made and not (only_gcc and b != "gcc")]
+            if missing:
+                tally.bad(f"device (builds failed: {', '.join(missing)})")
+            else:
+                device_part(ctx, "others")
     if second:
-        second.join(tally)
+        with tally.stage("waiting for the background suites"):
+            second.join(tally)

@@ -2,7 +2,12 @@
 # on_device.sh — the device suite of tools/check, run by tools/softroce where an RDMA device
 # exists (a VM on a host without one): one boot runs every device program.
 #
-# Usage (from tools/check): tools/softroce -- bash tools/harness/check/on_device.sh LOGS CONSUMERS
+# Usage (from tools/check): tools/softroce -- bash tools/harness/check/on_device.sh LOGS CONSUMERS [PART]
+#
+# PART (default all): g++ runs what needs only the g++ build (its device, no-heap and Asio tests,
+# the examples, the rdmacxx-perf smoke and its instruction counts); others runs the rest (the
+# ASan+UBSan device tests, bench-asio, the consumers' programs, the g++ -O3 and clang++ counts), so
+# that a full tools/check can start the first while the other builds are still being made.
 #
 # The doctest programs run through `meson test` (suite device of the g++ build, the test named
 # device of the ASan+UBSan build; logs meson-logs/device.json in each build); every other
@@ -11,9 +16,12 @@
 set -u
 logs=${1:?usage: on_device.sh LOGS CONSUMERS}
 consumers=${2:?usage: on_device.sh LOGS CONSUMERS}
+part=${3:-all}
 builds=" ${CHECK_BUILDS:-gcc} "
 build="build-check-gcc"
 has() { [[ "$builds" == *" $1 "* ]]; }
+first() { [ "$part" != others ]; }
+second() { [ "$part" != g++ ]; }
 
 # example NAME COMMAND...: runs one program, its output in NAME.log and its status in NAME.status.
 example() {
@@ -73,56 +81,64 @@ export LSAN_OPTIONS=suppressions=$PWD/tools/lsan.supp
 # The doctest programs one at a time (rxe can drop completions when many QPs run at once): the
 # g++ build's device, alloc and asio tests, then the ASan+UBSan build's device tests. The clang++
 # build compiles them with -Werror and runs its instruction counts below.
-meson test -C "$build" --no-rebuild --num-processes 1 --logbase device --suite device \
-  >"$logs/meson-device-gcc.log" 2>&1
-has asan && meson test -C build-check-asan --no-rebuild --num-processes 1 --logbase device device \
-  >"$logs/meson-device-asan.log" 2>&1
-
-pair rc_pingpong "$build/examples/rc_pingpong" -n 200 -s 4096
-pair rc_pingpong_events "$build/examples/rc_pingpong" -e -n 200 -s 65536
-pair uc_pingpong "$build/examples/uc_pingpong" -n 200 -s 4096
-pair ud_pingpong_events "$build/examples/ud_pingpong" -e -n 200 -s 1024
-pair srq_pingpong "$build/examples/srq_pingpong" -q 4 -n 200 -s 4096
-# In the background, beside the CM examples (their own ports; no figure is asserted).
-{
-  perf_pair rdmacxx_perf_send_lat 18621 send_lat -n 300 -s 64
-  perf_pair rdmacxx_perf_write_bw 18622 write_bw -n 400 -s 4096
-} &
-# bench-asio once, smoke-sized (no figure is asserted): it exits non-zero when a row fails. It
-# is built by the release build only (when Meson finds Asio); missing there, it fails.
-has release && example bench_asio timeout 300 build-check-release/benchmarks/bench-asio \
-  --benchmark_min_time=0.001 &
-server_client cm_server_client 0.5 "$build/examples/cm_server" -n 100 -S 4096 -- \
-  "$build/examples/cm_client" -s "$RDMACXX_ADDR" -n 100 -S 4096
-server_client cm_server_client_events 0.5 "$build/examples/cm_server" -e -- \
-  "$build/examples/cm_client" -e -s "$RDMACXX_ADDR"
-server_client cm_ud 0.5 "$build/examples/cm_ud" -b "$RDMACXX_ADDR" -C 20 -S 512 -- \
-  "$build/examples/cm_ud" -s "$RDMACXX_ADDR" -C 20 -S 512
-server_client mckey 2 "$build/examples/mckey" -b "$RDMACXX_ADDR" -C 20 -S 200 -- \
-  "$build/examples/mckey" -b "$RDMACXX_ADDR" -s -C 20 -S 200
-example epoll_server "$build/examples/epoll_server" -c 4 -n 200
-# One listener, PD, registered buffer, SRQ and CQ on one completion channel for 32 clients, then
-# 20 connect/disconnect cycles (tests/device/cm_scale_test.cpp runs 300 and checks resources flat).
-example cm_shared_server "$build/examples/cm_shared_server" -b "$RDMACXX_ADDR" -c 32 -n 100 -r 20
-# The Asio adapter's coroutine programs (built when Meson finds standalone Asio): 16 CM clients,
-# each one coroutine, against an echo server on one PD, MR, SRQ and CQ, all on one io_context;
-# and a coroutine keeping 8 RDMA READs in flight over 1 MiB, twice, every byte checked.
-[ -x "$build/examples/asio_echo_server" ] &&
-  example asio_echo_server timeout 300 "$build/examples/asio_echo_server" -b "$RDMACXX_ADDR" -c 16 -n 100
-[ -x "$build/examples/asio_read_client" ] &&
-  example asio_read_client timeout 300 "$build/examples/asio_read_client" -b "$RDMACXX_ADDR" \
-    -S 1048576 -s 4096 -q 8 -r 2
-# The MPI tests and examples run across nodes (the nodes suite).
-example devinfo "$build/examples/devinfo" -v
-example end_port "$build/examples/end_port" "$RDMACXX_DEVICE/1"
-for c in "$consumers"/bin/*; do
-  [ -x "$c" ] && example "consumer_$(basename "$c")" "$c" "$(basename "$c")"
-done
-# The three instruction counts side by side (the VM has two CPUs): callgrind counts instructions,
-# not time, and the empty polls a busier CPU adds are taken out by their own count. g++ -O3
-# (users' release builds) and clang++ -O2 within the same +2; the extended CQ's poll
-# (completion_queue_ex) within raw + 0 under all three (INSTRUCTION_EX_ALLOWANCE).
-example instruction_counts tools/instruction-counts "$build" &
-has release && example instruction_counts_O3 tools/instruction-counts build-check-release &
-has clang && example instruction_counts_clang tools/instruction-counts build-check-clang &
-wait
+if first; then
+  meson test -C "$build" --no-rebuild --num-processes 1 --logbase device --suite device \
+    >"$logs/meson-device-gcc.log" 2>&1
+  pair rc_pingpong "$build/examples/rc_pingpong" -n 200 -s 4096
+  pair rc_pingpong_events "$build/examples/rc_pingpong" -e -n 200 -s 65536
+  pair uc_pingpong "$build/examples/uc_pingpong" -n 200 -s 4096
+  pair ud_pingpong_events "$build/examples/ud_pingpong" -e -n 200 -s 1024
+  pair srq_pingpong "$build/examples/srq_pingpong" -q 4 -n 200 -s 4096
+  # In the background, beside the CM examples (their own ports; no figure is asserted).
+  {
+    perf_pair rdmacxx_perf_send_lat 18621 send_lat -n 300 -s 64
+    perf_pair rdmacxx_perf_write_bw 18622 write_bw -n 400 -s 4096
+  } &
+  server_client cm_server_client 0.5 "$build/examples/cm_server" -n 100 -S 4096 -- \
+    "$build/examples/cm_client" -s "$RDMACXX_ADDR" -n 100 -S 4096
+  server_client cm_server_client_events 0.5 "$build/examples/cm_server" -e -- \
+    "$build/examples/cm_client" -e -s "$RDMACXX_ADDR"
+  server_client cm_ud 0.5 "$build/examples/cm_ud" -b "$RDMACXX_ADDR" -C 20 -S 512 -- \
+    "$build/examples/cm_ud" -s "$RDMACXX_ADDR" -C 20 -S 512
+  server_client mckey 2 "$build/examples/mckey" -b "$RDMACXX_ADDR" -C 20 -S 200 -- \
+    "$build/examples/mckey" -b "$RDMACXX_ADDR" -s -C 20 -S 200
+  example epoll_server "$build/examples/epoll_server" -c 4 -n 200
+  # One listener, PD, registered buffer, SRQ and CQ on one completion channel for 32 clients,
+  # then 20 connect/disconnect cycles (tests/device/cm_scale_test.cpp runs 300 and checks
+  # resources flat).
+  example cm_shared_server "$build/examples/cm_shared_server" -b "$RDMACXX_ADDR" -c 32 -n 100 -r 20
+  # The Asio adapter's coroutine programs (built when Meson finds standalone Asio): 16 CM
+  # clients, each one coroutine, against an echo server on one PD, MR, SRQ and CQ, all on one
+  # io_context; and a coroutine keeping 8 RDMA READs in flight over 1 MiB, twice, every byte
+  # checked.
+  [ -x "$build/examples/asio_echo_server" ] &&
+    example asio_echo_server timeout 300 "$build/examples/asio_echo_server" -b "$RDMACXX_ADDR" -c 16 -n 100
+  [ -x "$build/examples/asio_read_client" ] &&
+    example asio_read_client timeout 300 "$build/examples/asio_read_client" -b "$RDMACXX_ADDR" \
+      -S 1048576 -s 4096 -q 8 -r 2
+  # The MPI tests and examples run across nodes (the nodes suite).
+  example devinfo "$build/examples/devinfo" -v
+  example end_port "$build/examples/end_port" "$RDMACXX_DEVICE/1"
+  wait
+fi
+if second; then
+  has asan && meson test -C build-check-asan --no-rebuild --num-processes 1 --logbase device device \
+    >"$logs/meson-device-asan.log" 2>&1
+  # bench-asio once, smoke-sized (no figure is asserted): it exits non-zero when a row fails. It
+  # is built by the release build only (when Meson finds Asio); missing there, it fails.
+  has release && example bench_asio timeout 300 build-check-release/benchmarks/bench-asio \
+    --benchmark_min_time=0.001
+  for c in "$consumers"/bin/*; do
+    [ -x "$c" ] && example "consumer_$(basename "$c")" "$c" "$(basename "$c")"
+  done
+fi
+# The instruction counts (two side by side when both run: the VM has two CPUs): callgrind counts
+# instructions, not time, and the empty polls a busier CPU adds are taken out by their own count.
+# g++ -O3 (users' release builds) and clang++ -O2 within the same +2 as g++ -O2; the extended CQ's
+# poll (completion_queue_ex) within raw + 0 under all three (INSTRUCTION_EX_ALLOWANCE).
+first && example instruction_counts tools/instruction-counts "$build"
+if second; then
+  has release && example instruction_counts_O3 tools/instruction-counts build-check-release &
+  has clang && example instruction_counts_clang tools/instruction-counts build-check-clang &
+  wait
+fi

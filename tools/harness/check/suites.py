@@ -115,24 +115,35 @@ def suite_consumers(ctx: Context) -> None:
 
 def suite_device(ctx: Context) -> None:
     """One tools/softroce run of every device program (tools/harness/check/on_device.sh)."""
+    device_part(ctx, "all")
+
+
+def device_part(ctx: Context, part: str) -> None:
+    """One tools/softroce run of on_device.sh's PART: all, g++ (what needs only the g++ build) or
+    others (the rest); counts the doctest programs from meson's logs and the other programs
+    from their status files."""
     logs = ctx.folder("gcc") / "device-logs"
-    shutil.rmtree(logs, ignore_errors=True)
-    logs.mkdir(parents=True)
-    for b in ctx.made:
+    if part != "others":
+        shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in logs.glob("*.status")}
+    doctest_builds = {"all": ("gcc", "asan"), "g++": ("gcc",), "others": ("asan",)}[part]
+    for b in doctest_builds:
         (ctx.folder(b) / "meson-logs" / "device.json").unlink(missing_ok=True)
     env = dict(os.environ, CHECK_BUILDS=" ".join(ctx.made))
     status = run(["tools/softroce", "--timeout", "3000", "--", "bash",
                   "tools/harness/check/on_device.sh", str(logs),
-                  str(ctx.top / "build-check-consumers")], ctx.top, env=env).returncode
+                  str(ctx.top / "build-check-consumers"), part], ctx.top, env=env).returncode
     if status:
         ctx.tally.bad(f"softroce (exit {status})")
-    for b in ("gcc", "asan"):
+    for b in doctest_builds:
         if b not in ctx.made:
             continue
         log = ctx.folder(b) / "meson-logs" / "device.json"
         if not log.exists():
-            print((logs / f"meson-device-{b}.log").read_text(errors="replace")[-3000:]
-                  if (logs / f"meson-device-{b}.log").exists() else "")
+            meson_log = logs / f"meson-device-{b}.log"
+            if meson_log.exists():
+                print(meson_log.read_text(errors="replace")[-3000:])
             ctx.tally.bad(f"device tests ({b}) did not run")
             continue
         tests = read_testlog(log)
@@ -142,6 +153,8 @@ def suite_device(ctx: Context) -> None:
             print(f"--- {t.name} ({b}): {t.result}\n" + "\n".join(tail))
         ctx.tally.meson_tests(f"device {b}", tests, doctest=True)
     for status_file in sorted(logs.glob("*.status")):
+        if status_file.name in before:
+            continue
         name = status_file.stem
         print(f"--- {name}")
         print((logs / f"{name}.log").read_text(errors="replace"))

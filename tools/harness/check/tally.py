@@ -27,6 +27,15 @@ def doctest_counts(output: str) -> tuple[int, int] | None:
     return int(passed), int(failed)
 
 
+def failed_cases(output: str) -> str:
+    """The blocks of a doctest program's output that report a failure, then what follows the
+    last block (the summary, or a crash's report)."""
+    blocks = re.split(r"^={20,}$", output, flags=re.MULTILINE)
+    bad = [b.strip("\n") for b in blocks if re.search(r"\b(ERROR|FATAL ERROR|CRASHED)\b", b)]
+    tail = "\n".join(blocks[-1].strip("\n").splitlines()[-30:])  # the summary, or a crash
+    return "\n=====\n".join(bad[:20] + [tail])
+
+
 @dataclass
 class MesonTest:
     """One test of a `meson test` run, as meson-logs/testlog.json records it."""
@@ -103,7 +112,7 @@ class Tally:
                 status = 0 if t.ok else 1
                 self.doctest(f"{t.name} ({label})", t.output, status)
                 if not t.ok:
-                    print(t.output[-6000:])
+                    print(failed_cases(t.output))
                 continue
             if t.ok:
                 self.ok(t.name)

@@ -7,7 +7,7 @@ from pathlib import Path
 from unittest import mock
 
 from harness.check import cli, suites
-from harness.check.tally import Tally, doctest_counts, read_testlog
+from harness.check.tally import Tally, doctest_counts, failed_cases, read_testlog
 
 SUMMARY = ("[doctest] doctest version is \"2.4.9\"\n"
            "[doctest] test cases: 80 | 78 passed | 2 failed | 0 skipped\n"
@@ -24,6 +24,17 @@ class DoctestCounts(unittest.TestCase):
 
     def test_no_summary_is_none(self):
         self.assertIsNone(doctest_counts("Segmentation fault\n"))
+
+
+class FailedCases(unittest.TestCase):
+    def test_only_the_failing_blocks_and_the_tail(self):
+        out = ("=" * 79 + "\nTEST CASE:  fine\nMESSAGE: all good\n" + "=" * 79 +
+               "\nTEST CASE:  broken\nx.cpp:41: ERROR: test case THREW exception: RNR\n" +
+               "=" * 79 + "\n" + SUMMARY)
+        text = failed_cases(out)
+        self.assertIn("TEST CASE:  broken", text)
+        self.assertNotIn("all good", text)
+        self.assertIn("[doctest] test cases: 80", text)
 
 
 class TallyCounts(unittest.TestCase):
