@@ -175,6 +175,17 @@ TEST_SUITE("device") {
         }
     }
 
+    TEST_CASE("defaults: the CM path sets its ACK timeout on RC ids; on UD ids, which the kernel refuses it on, not") {
+        cm::event_channel channel;
+        cm::id rc_id{channel, cm::port_space::tcp}, ud_id{channel, cm::port_space::udp};
+        cm::connection_parameters const defaults;
+        REQUIRE(defaults.timeout.has_value());
+        CHECK_NOTHROW(rc_id.set_ack_timeout(*defaults.timeout));
+        CHECK_THROWS_AS(ud_id.set_ack_timeout(*defaults.timeout), cm::unsupported_error);
+        CHECK_NOTHROW(ud_id.apply_ack_timeout(defaults)); // what connect and accept do: skipped on UD
+        CHECK_NOTHROW(rc_id.apply_ack_timeout(defaults));
+    }
+
     TEST_CASE("cm listener: a live listener move-assigned into another keeps accepting; the replaced port is free") {
         cm::listener<rx::rc> a{test::device_address()};
         cm::listener<rx::rc> b{test::device_address()};
