@@ -39,7 +39,10 @@ inline constexpr adopt_qp_t adopt_qp{};
 /// says which side it governs. The defaults are what a production program would choose:
 ///
 /// - nothing remote is granted unless asked (`remote_access`);
-/// - a dead peer is detected: ACK timeout about 67 ms, 7 retries (about 0.5 s in all);
+/// - a peer that died silently is detected on every provider: ACK timeout about 67 ms and 6
+///   retries, so the sender's request completes with IBV_WC_RETRY_EXC_ERR after about
+///   67.1 ms × 7 = 470 ms (`dead_peer_bound`); the same as the CM path's defaults
+///   (`cm::connection_parameters`);
 /// - a receiver that falls behind is waited for, but not forever: this QP's RNR NAKs ask the
 ///   peer to back off 1.28 ms (not the CM's 655 ms), and this QP retries RNR NAKs 6 times
 ///   (not the infinite 7) before its request completes with IBV_WC_RNR_RETRY_EXC_ERR;
@@ -70,11 +73,13 @@ struct connect_options {
     /// (`to_rtr`) throws argument_error before anything reaches the device.
     std::uint32_t flow_label = 0;
     /// This QP as a **sender** (RC): how long it waits for an ACK before retransmitting, rounded
-    /// up to 4.096 µs × 2ⁿ (see `ack_timeout`); 67 ms → n = 14, 67.1 ms.
-    rdmacxx::ack_timeout timeout = std::chrono::milliseconds{67};
+    /// up to 4.096 µs × 2ⁿ (see `ack_timeout`); default `default_ack_timeout`: 67 ms → n = 14,
+    /// 67.1 ms.
+    rdmacxx::ack_timeout timeout = default_ack_timeout;
     /// This QP as a **sender** (RC): retransmissions after an ACK timeout (0 … 7) before the
-    /// request completes with IBV_WC_RETRY_EXC_ERR.
-    std::uint8_t retry_count = max_retry_count;
+    /// request completes with IBV_WC_RETRY_EXC_ERR. Default 6 (`default_retry_count`): 7 never
+    /// runs out on rxe (see `max_retry_count`).
+    std::uint8_t retry_count = default_retry_count;
     /// This QP as a **sender** (RC): retries after an RNR NAK (0 … 6, or `rnr_retry_infinite`, 7,
     /// forever) before the request completes with IBV_WC_RNR_RETRY_EXC_ERR. How long it waits
     /// between them is the *peer's* `min_rnr_timer`.
@@ -128,11 +133,19 @@ inline void check_qos(std::uint32_t flow_label, std::uint8_t service_level, std:
                        " is over 15; nothing was changed");
 }
 
+/// The one range check of the transport and RNR retry counts, for both connection paths:
+/// `rnr_name` is the field's name on the caller's path, `after` ends the message.
+/// @throws argument_error when `retry_count` or the RNR retry count is over 7.
+inline void check_retry_counts(std::uint8_t retry_count, std::uint8_t rnr_retry, char const* rnr_name,
+                               char const* after = "") {
+    if (retry_count > max_retry_count || rnr_retry > rnr_retry_infinite) [[unlikely]]
+        throw_argument("retry_count " + std::to_string(retry_count) + " and " + rnr_name + " " +
+                       std::to_string(rnr_retry) + " must each be 0 … 7" + after);
+}
+
 /// @throws argument_error when `retry_count` or `rnr_retry` is over 7.
 inline void check_retry_counts(connect_options const& opt) {
-    if (opt.retry_count > max_retry_count || opt.rnr_retry > rnr_retry_infinite) [[unlikely]]
-        throw_argument("retry_count " + std::to_string(opt.retry_count) + " and rnr_retry " +
-                       std::to_string(opt.rnr_retry) + " must each be 0 … 7");
+    check_retry_counts(opt.retry_count, opt.rnr_retry, "rnr_retry");
 }
 } // namespace detail
 

@@ -18,8 +18,17 @@ inline namespace v0 {
 /// peer never posts a receive then never completes. Any of 0 … 6 is a finite count.
 inline constexpr std::uint8_t rnr_retry_infinite = 7;
 
-/// The largest transport retry count (`retry_count`): 3 bits.
+/// The largest transport retry count (`retry_count`): 3 bits. The InfiniBand specification
+/// makes 7 a finite count of seven retransmissions, but Soft-RoCE (rxe) never decrements a
+/// counter of 7 (its completer skips the decrement at 7), so there a sender whose peer died
+/// silently retransmits for ever: use at most 6 where a dead peer must be detected
+/// (docs/devices.md).
 inline constexpr std::uint8_t max_retry_count = 7;
+
+/// The default transport retry count of both connection paths (`connect_options::retry_count`,
+/// `cm::connection_parameters::retry_count`): 6, the largest count that is finite on every
+/// provider (not 7, which rxe retries for ever).
+inline constexpr std::uint8_t default_retry_count = 6;
 
 /// The local ACK timeout of an RC QP, which governs this QP as a **sender**: how long it waits
 /// for an ACK (or NAK) of a request before it retransmits, `retry_count` times, and then
@@ -82,6 +91,25 @@ private:
 
     std::uint8_t code_;
 };
+
+/// The default ACK timeout of both connection paths (`connect_options::timeout`,
+/// `cm::connection_parameters::timeout`): 67 ms, rounded up to code 14, 4.096 µs × 2^14 =
+/// 67.1 ms. With `default_retry_count` a sender whose peer died silently completes its request
+/// with IBV_WC_RETRY_EXC_ERR after about 67.1 ms × (6 + 1) = 470 ms (`dead_peer_bound`).
+inline constexpr ack_timeout default_ack_timeout{std::chrono::milliseconds{67}};
+
+/// The time after which a sender whose peer died silently (no DREQ, no NAK: a lost host, a
+/// destroyed QP, a link that went down) completes its oldest outstanding request with
+/// IBV_WC_RETRY_EXC_ERR: `timeout.duration() × (retry_count + 1)`, the first try and each
+/// retransmission waiting one ACK timeout. Devices may round the timeout up or add their own
+/// margin (rxe arms its retransmit timer in jiffies). `nanoseconds::max()` for an infinite
+/// timeout; a `retry_count` of 7 is infinite on rxe, which this function does not know.
+/// @see ibv_modify_qp(3) (`timeout`, `retry_cnt`)
+[[nodiscard]] constexpr std::chrono::nanoseconds dead_peer_bound(ack_timeout timeout,
+                                                                 std::uint8_t retry_count) noexcept {
+    if (timeout.is_infinite()) return std::chrono::nanoseconds::max();
+    return timeout.duration() * (std::int64_t{retry_count} + 1);
+}
 
 /// The minimum RNR NAK timer of an RC QP, which governs this QP as a **receiver**: when a SEND
 /// (or WRITE with immediate) arrives and no receive is posted, this QP answers with an RNR NAK

@@ -96,7 +96,11 @@ TEST_CASE("connect_options: production defaults, in time units") {
     rx::connect_options const o;
     CHECK(o.remote_access == rx::access::none); // granted only as asked
     CHECK(o.timeout.code() == 14);              // 67.1 ms
-    CHECK(o.retry_count == 7);
+    CHECK(o.retry_count == 6);                  // finite on every provider: rxe retries 7 for ever
+    CHECK(o.retry_count == rx::default_retry_count);
+    CHECK(o.timeout == rx::default_ack_timeout);
+    CHECK(rx::dead_peer_bound(o.timeout, o.retry_count) == 7 * rx::ack_timeout::unit * (1 << 14)); // 470 ms
+    CHECK(rx::dead_peer_bound(rx::ack_timeout::infinite(), 3) == std::chrono::nanoseconds::max());
     CHECK(o.rnr_retry == 6); // finite
     CHECK(o.rnr_retry != rx::rnr_retry_infinite);
     CHECK(o.min_rnr_timer.code() != 0); // not the 655 ms back-off

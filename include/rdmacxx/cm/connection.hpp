@@ -133,8 +133,9 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
 /// completes with `IBV_WC_WR_FLUSH_ERR` and every thread waiting on the CQ wakes, answers the
 /// peer's DREQ, and wakes `wait_disconnected`. Do not take events from `channel()` yourself
 /// after establishment. A peer that vanishes without a DREQ (its host lost) is seen only by the
-/// traffic: the next SEND, WRITE or READ fails after the ACK timeout × (retry count + 1) with
-/// `IBV_WC_RETRY_EXC_ERR` (which moves the QP to ERR and flushes the rest), and the CM's own
+/// traffic: the next SEND, WRITE or READ fails after the ACK timeout × (retry count + 1) (with
+/// the defaults 67.1 ms × 7, about 470 ms: `dead_peer_bound`) with `IBV_WC_RETRY_EXC_ERR`
+/// (which moves the QP to ERR and flushes the rest), and the CM's own
 /// `disconnected` follows when its DREQ times out; a connection that only has receives posted
 /// learns nothing until it sends.
 ///
@@ -149,7 +150,14 @@ public:
     /// The type of its queue pair.
     using qp_type = queue_pair<Transport, Completion, Post>;
 
+    /// Takes `other`'s id, channel, monitor and everything it owns or borrows (all on the heap
+    /// or the caller's, so what refers to them stays valid); `other` is left empty and its
+    /// destructor does nothing.
     connection(connection&&) noexcept = default;
+    /// Not assignable: its members depend on each other (the QP on the id and the PD and CQ, the
+    /// id on the channel, the monitor thread on both), and replacing a live connection would
+    /// tear all that down; destroy it and construct the new one in its place
+    /// (`std::optional::emplace`).
     connection& operator=(connection&&) = delete;
 
     ~connection() {

@@ -77,9 +77,11 @@ inline void check_private_data(std::span<std::byte const> data, private_data_mes
 }
 
 /// Parameters of `connect` and `accept`: private data and the RC transport's settings, each
-/// saying which side it governs. The defaults, as `connect_options`' (qp_options.hpp): as many
-/// READs and atomics in flight as both devices allow (not 1), finite RNR retries and a 1.28 ms
-/// RNR back-off (not the CM's 655 ms).
+/// saying which side it governs. The defaults, as `connect_options`' (qp_options.hpp): a peer
+/// that died silently is detected on every provider (ACK timeout 67.1 ms, 6 retries: the
+/// sender's request completes with IBV_WC_RETRY_EXC_ERR after about 470 ms, `dead_peer_bound`),
+/// as many READs and atomics in flight as both devices allow (not 1), finite RNR retries and a
+/// 1.28 ms RNR back-off (not the CM's 655 ms).
 /// @see rdma_connect(3), rdma_accept(3), rdma_set_option(3)
 struct connection_parameters {
     std::span<std::byte const> private_data{}; ///< sent to the peer, at most `max_private_data`
@@ -93,17 +95,21 @@ struct connection_parameters {
     std::uint8_t initiator_depth = RDMA_MAX_INIT_DEPTH;
     std::uint8_t flow_control = 1; ///< hardware flow control offered
     /// **Both** sides as senders (RC): retransmissions after an ACK timeout (0 … 7). Sent in the
-    /// connect request, which fixes it for both QPs; `accept` ignores it.
-    std::uint8_t retry_count = 7;
+    /// connect request, which fixes it for both QPs; `accept` ignores it. Default 6
+    /// (`default_retry_count`): 7 never runs out on rxe (see `max_retry_count`).
+    std::uint8_t retry_count = default_retry_count;
     /// The **peer** as a sender (RC): how often the peer retries after an RNR NAK from this side
     /// (0 … 6; 7 = forever). The CM carries it across: what `connect` sets governs the passive
     /// side's sends, what `accept` sets the active side's. Default 6: a peer whose receiver never
     /// posts fails with IBV_WC_RNR_RETRY_EXC_ERR instead of hanging.
     std::uint8_t rnr_retry_count = 6;
-    /// This side as a **sender** (RC): its local ACK timeout, set with rdma_set_option(3)
-    /// (RDMA_OPTION_ID_ACK_TIMEOUT) before connecting or accepting; empty: the CM's (from the
-    /// path record's packet lifetime; on RoCE about 2 s, code 18, plus the CM's margin).
-    std::optional<rdmacxx::ack_timeout> timeout{};
+    /// This side as a **sender** (RC, UC): its local ACK timeout, set with rdma_set_option(3)
+    /// (RDMA_OPTION_ID_ACK_TIMEOUT) before connecting or accepting. Default
+    /// `default_ack_timeout`, 67.1 ms (code 14), as on the verbs path; empty: the CM's own (from
+    /// the path record's packet lifetime: code 19, 2.1 s per try, on rxe with Linux 6.1, so 15 s
+    /// before a dead peer is noticed with 6 retries). Not set on the UDP port space (UD has no
+    /// ACKs; the kernel refuses the option there).
+    std::optional<rdmacxx::ack_timeout> timeout = default_ack_timeout;
     /// This side as a **receiver** (RC): the back-off its RNR NAKs ask of the peer (see
     /// `rdmacxx::rnr_timer`). The CM itself always sets code 0, 655.36 ms; the connection flows
     /// (`cm::connect`, `connect_request::accept`) set this once the QP is in RTS, with
@@ -432,6 +438,16 @@ public:
         set_option(RDMA_OPTION_ID_ACK_TIMEOUT, "RDMA_OPTION_ID_ACK_TIMEOUT", &code, sizeof code);
     }
 
+    /// Sets `params.timeout` (`set_ack_timeout`) when it is not empty and this id is on the TCP
+    /// port space (RC, UC); does nothing on the UDP and IPoIB port spaces, which have no ACKs (the
+    /// kernel refuses the option there). `connect` and `accept` call it; a flow that moves a QP
+    /// not made on this id to RTS itself (`modify_qp`) calls it before that.
+    /// @throws unsupported_error when rdma_set_option(3) refuses the option (an old kernel).
+    /// @see rdma_set_option(3)
+    void apply_ack_timeout(connection_parameters const& params) {
+        if (params.timeout && space() == port_space::tcp) set_ack_timeout(*params.timeout);
+    }
+
     /// Sets the type of service (RFC 2474: DSCP in the upper 6 bits, ECN in the lower 2) of the
     /// connection this id makes, before `resolve_route` on the active side or `listen` on the
     /// passive one. On RoCE it becomes the GRH traffic class of the QP (`ah_attr.grh.
@@ -587,8 +603,9 @@ private:
     // fails), the ACK timeout when given, and the parameters in librdmacm's form.
     rdma_conn_param prepare(connection_parameters const& params, private_data_message message) {
         check_private_data(params.private_data, message, space());
-        check_retries(params);
-        if (params.timeout) set_ack_timeout(*params.timeout);
+        rdmacxx::detail::check_retry_counts(params.retry_count, params.rnr_retry_count, "rnr_retry_count",
+                                            "; nothing was sent");
+        apply_ack_timeout(params);
         return native_params(params);
     }
 
@@ -600,13 +617,6 @@ private:
     void send_accept(rdma_conn_param& p) {
         if (int rc = ::rdma_accept(handle_.get(), &p); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
-    }
-
-    static void check_retries(connection_parameters const& params) {
-        if (params.retry_count > 7 || params.rnr_retry_count > 7) [[unlikely]]
-            rdmacxx::detail::throw_argument("retry_count " + std::to_string(params.retry_count) +
-                                            " and rnr_retry_count " + std::to_string(params.rnr_retry_count) +
-                                            " must each be 0 … 7; nothing was sent");
     }
 
     static rdma_conn_param native_params(connection_parameters const& params) noexcept {

@@ -107,6 +107,7 @@ public:
         c.adopt(qp);
         auto& cm_id = c.cm_id();
         try {
+            cm_id.apply_ack_timeout(opt.params); // before RTS: rdma_init_qp_attr(3) then carries it
             cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
             before_accept(c);
             cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
@@ -215,6 +216,11 @@ struct listener_options {
 /// epoll set, take events with `channel().try_get()`, make a `connect_request` from each
 /// `connect_request` event, `accept_shared` it (on `cm::resources` to share one PD, CQ, SRQ and
 /// completion channel), and hand every other event to the connection whose id it names.
+///
+/// Its id lives on its channel, so it writes its moves: a move keeps the pair together, and a
+/// move assignment destroys this listener's id (closing its port) before its channel, then
+/// takes the other's channel and id. Connections accepted on the channel (`accept_shared`) stay
+/// on it: move a listener with such connections alive only by construction, never assign over it.
 /// Thread-safety: one thread at a time.
 /// @see rdma_bind_addr(3), rdma_listen(3)
 template <transport Transport>
@@ -235,6 +241,26 @@ public:
         id_.bind(local);
         id_.listen(opt.backlog);
     }
+
+    /// Takes `other`'s channel and the id on it; `other` is left empty (only destroyed or assigned to).
+    listener(listener&& other) noexcept : channel_(std::move(other.channel_)), id_(std::move(other.id_)) {}
+
+    /// Destroys this listener's id and then its channel (the id lives on the channel:
+    /// rdma_destroy_id(3) reads it), then takes `other`'s channel and id; `other` is left empty.
+    listener& operator=(listener&& other) noexcept {
+        if (this != &other) {
+            id_ = cm::id{nullptr};
+            channel_ = std::move(other.channel_);
+            id_ = std::move(other.id_);
+        }
+        return *this;
+    }
+
+    listener(listener const&) = delete;
+    listener& operator=(listener const&) = delete;
+
+    /// Destroys the id, then the channel (members in reverse order).
+    ~listener() = default;
 
     /// The port listened on (host order).
     [[nodiscard]] std::uint16_t port() const noexcept { return id_.local_address().port(); }

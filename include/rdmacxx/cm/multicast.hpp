@@ -47,6 +47,10 @@ public:
 
     multicast_group(multicast_group const&) = delete;
     multicast_group& operator=(multicast_group const&) = delete;
+    /// Not movable: its id lives on its channel, its QP on its id and its own PD and CQ, and the
+    /// group is attached to the QP; hold it in a `std::unique_ptr` to move it.
+    multicast_group(multicast_group&&) = delete;
+    multicast_group& operator=(multicast_group&&) = delete;
 
     ~multicast_group() { release(); }
 
