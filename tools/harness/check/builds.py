@@ -9,10 +9,13 @@ compiles in half the time of -O2 -g and its reports still name file and line.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .proc import run
 
 _COMMON = ["--werror", "-Dtests=enabled", "-Dexamples=enabled", "-Dbenchmarks=disabled",
            "-Dmpi=enabled", "-Ddebug=false"]
@@ -68,15 +71,13 @@ def configure(top: Path, build: Build, log: Path) -> bool:
         cxx = f"ccache {cxx}"  # the cache is outside the tree (tools/check sets CCACHE_DIR)
     env = dict(os.environ, CXX=cxx)
     with log.open("w") as out:
-        done = subprocess.run(["meson", "setup", str(folder), *build.options], cwd=top, env=env,
-                              stdout=out, stderr=subprocess.STDOUT, check=False)
+        done = run(["meson", "setup", str(folder), *build.options], top, limit=600, env=env,
+                   stdout=out, stderr=subprocess.STDOUT)
     return done.returncode == 0
 
 
 def ninja_targets(top: Path, build: Build) -> list[str]:
     """The targets to build: the build's list plus those of its pattern (none: everything)."""
-    import re
-
     wanted = list(build.targets)
     if build.target_pattern:
         listing = subprocess.run(["ninja", "-C", str(build.folder(top)), "-t", "targets", "all"],
@@ -92,5 +93,5 @@ def ninja_targets(top: Path, build: Build) -> list[str]:
 def make(top: Path, build: Build) -> bool:
     """ninja on the build's targets; ninja's output goes to stdout."""
     wanted = ninja_targets(top, build)
-    done = subprocess.run(["ninja", "-C", str(build.folder(top)), *wanted], cwd=top, check=False)
+    done = run(["ninja", "-C", str(build.folder(top)), *wanted], top, limit=3600)
     return done.returncode == 0

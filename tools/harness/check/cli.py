@@ -54,6 +54,7 @@ import tempfile
 from pathlib import Path
 
 from . import builds
+from .proc import run
 from .suites import SUITES, Context, device_part
 from .tally import Tally
 
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_setup:
         with tally.stage("setup"):
-            if subprocess.run(["tools/setup"], check=False).returncode != 0:
+            if run(["tools/setup"], top, limit=1800).returncode != 0:
                 tally.bad("setup")
                 print(tally.summary())
                 return 1

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import builds
+from .proc import run
 from .tally import Tally, read_testlog
 
 
@@ -29,11 +30,6 @@ class Context:
 
     def folder(self, build: str) -> Path:
         return builds.BUILDS[build].folder(self.top)
-
-
-def run(cmd: list[str], top: Path, **kw) -> subprocess.CompletedProcess:
-    """Runs cmd in the tree's top, its output going to ours unless kw says otherwise."""
-    return subprocess.run(cmd, cwd=top, check=False, **kw)
 
 
 def meson_test(ctx: Context, build: str, label: str, *selection: str, doctest: bool = False,
@@ -55,7 +51,8 @@ def meson_test(ctx: Context, build: str, label: str, *selection: str, doctest: b
 def suite_tools(ctx: Context) -> None:
     """The harness's own unit tests (tools/harness/tests: unittest, no device)."""
     done = run([sys.executable, "-m", "unittest", "discover", "-s", "harness/tests", "-t", "."],
-               ctx.top / "tools", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               ctx.top / "tools", limit=300, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+               text=True)
     print(done.stdout[-3000:] if done.returncode else "\n".join(done.stdout.strip().splitlines()[-3:]))
     m = re.search(r"^Ran (\d+) tests?", done.stdout, re.MULTILINE)
     fails = re.search(r"FAILED \((?:failures=(\d+))?(?:, )?(?:errors=(\d+))?", done.stdout)
@@ -91,8 +88,8 @@ def suite_headers(ctx: Context) -> None:
 
 def suite_fuzz(ctx: Context) -> None:
     """One libFuzzer target per text parser (tools/fuzz), 6 s each."""
-    done = run(["tools/fuzz", "6"], ctx.top, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-               text=True)
+    done = run(["tools/fuzz", "6"], ctx.top, limit=900, stdout=subprocess.PIPE,
+               stderr=subprocess.STDOUT, text=True)
     ran = False
     for line in done.stdout.splitlines():
         print(line)
@@ -108,7 +105,8 @@ def suite_fuzz(ctx: Context) -> None:
 
 def suite_consumers(ctx: Context) -> None:
     """The five ways users pull rdmacxx in (tools/consumers); their programs run on the device."""
-    failures = run(["tools/consumers", str(ctx.top / "build-check-consumers")], ctx.top).returncode
+    failures = run(["tools/consumers", str(ctx.top / "build-check-consumers")], ctx.top,
+                   limit=900).returncode
     if failures:
         ctx.tally.bad("consumer builds", failures)
 
@@ -133,7 +131,8 @@ def device_part(ctx: Context, part: str) -> None:
     env = dict(os.environ, CHECK_BUILDS=" ".join(ctx.made))
     status = run(["tools/softroce", "--timeout", "3000", "--", "bash",
                   "tools/harness/check/on_device.sh", str(logs),
-                  str(ctx.top / "build-check-consumers"), part], ctx.top, env=env).returncode
+                  str(ctx.top / "build-check-consumers"), part], ctx.top, limit=3100,
+                 env=env).returncode
     if status:
         ctx.tally.bad(f"softroce (exit {status})")
     for b in doctest_builds:
@@ -176,7 +175,7 @@ def suite_nodes(ctx: Context) -> None:
                'b=$1 l=$2; shift 2; "$@"; tools/nodes-wire "$b" "$l"', "nodes-part",
                "build-check-gcc", str(part), "tools/nodes-selftest", *args, str(gcc)]
         with (logs / f"softroce-{n}.log").open("w") as out:
-            status = run(cmd, ctx.top, stdout=out, stderr=subprocess.STDOUT).returncode
+            status = run(cmd, ctx.top, limit=1000, stdout=out, stderr=subprocess.STDOUT).returncode
         text = (logs / f"softroce-{n}.log").read_text(errors="replace")
         for line in text.splitlines():
             if re.match(r"^softroce: ([0-9]+ nodes up|.*(failed|stopped|timed out))", line):

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash # busybox ash, checked as dash
 # PID 1 of a softroce VM. Never run this anywhere else (it sets the clock).
 #
 # tools/softroce puts this file into the VM's initramfs as /init (busybox sh; the initramfs
