@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         run_suites(Context(top, made, tally), chosen, only_gcc)
     if args.report:
         tally.save(args.report)
-    print(tally.summary())
+    print(tally.summary(final=not args.report))
     return 0 if tally.failed == 0 else 1
 
 

@@ -152,8 +152,10 @@ class Tally:
         self.stages += [(t, s, lane) for t, s, _ in other["stages"]]
         return True
 
-    def summary(self) -> str:
-        """The closing lines: failures, the stage table, the total, "N passed, N failed"."""
+    def summary(self, final: bool = True) -> str:
+        """The closing lines: failures, the stage table, the total, "N passed, N failed" (a
+        background lane, not final, words its count otherwise: only the run's last line has that
+        form)."""
         lines = [""]
         lines += [f"failed: {f}" for f in self.failures]
         if self.stages:
@@ -161,5 +163,8 @@ class Tally:
             lines.append(f"{'stage':<{width}}  {'s':>5}  lane")
             lines += [f"{t:<{width}}  {s:5.0f}  {lane}" for t, s, lane in self.stages]
         lines.append(f"tools/check took {time.monotonic() - self.started:.0f} s")
-        lines.append(f"{self.passed} passed, {self.failed} failed")
+        if final:
+            lines.append(f"{self.passed} passed, {self.failed} failed")
+        else:
+            lines.append(f"this lane counted {self.passed} checks that passed and {self.failed} that failed")
         return "\n".join(lines)
