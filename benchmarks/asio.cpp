@@ -183,7 +183,7 @@ struct loopback {
         : channel(dev.ctx), cq(dev.ctx, 1024, channel), mem(pair_bytes),
           mr(dev.pd.register_memory(std::span{mem}, rx::all_remote)), a(dev.pd, cq, cq, caps()),
           b(dev.pd, cq, cq, caps()) {
-        rx::connect_options o;
+        rx::qp_settings o;
         o.remote_access = rx::all_remote;
         a.connect(dev.port, b.local_endpoint(dev.port), o);
         b.connect(dev.port, a.local_endpoint(dev.port), o);

@@ -104,10 +104,10 @@ struct rig {
 
 private:
     rig() : ctx(open_device()), port(ctx), pd(ctx), a(ctx, pd), b(ctx, pd) {
-        rx::connect_options o;
+        rx::qp_settings o;
         o.remote_access = rx::all_remote;
-        o.max_rd_atomic = 16;
-        o.max_dest_rd_atomic = 16;
+        o.initiator_depth = 16;
+        o.responder_resources = 16;
         a.qp.connect(port, b.qp.local_endpoint(port), o);
         b.qp.connect(port, a.qp.local_endpoint(port), o);
         for (side<Completion>* s : {&a, &b})

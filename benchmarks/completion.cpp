@@ -89,7 +89,7 @@ private:
         : base(rig<rx::busy_poll>::get()), cq(base.ctx, cq_entries), peer_cq(base.ctx, cq_entries),
           qp(base.pd, cq, cq, {.max_send_wr = send_depth}), peer(base.pd, peer_cq, peer_cq),
           batched(raw_batches(base.ctx)) {
-        rx::connect_options o;
+        rx::qp_settings o;
         o.remote_access = rx::all_remote;
         qp.connect(base.port, peer.local_endpoint(base.port), o);
         peer.connect(base.port, qp.local_endpoint(base.port), o);

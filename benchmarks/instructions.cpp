@@ -138,11 +138,11 @@ struct rig {
         char const* const name = std::getenv("RDMACXX_DEVICE");
         return (name != nullptr && *name != '\0') ? devices.find(name).open() : devices[0].open();
     }
-    static rx::connect_options options() {
-        rx::connect_options o;
+    static rx::qp_settings options() {
+        rx::qp_settings o;
         o.remote_access = rx::all_remote;
-        o.max_rd_atomic = 16;
-        o.max_dest_rd_atomic = 16;
+        o.initiator_depth = 16;
+        o.responder_resources = 16;
         return o;
     }
 

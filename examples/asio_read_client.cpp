@@ -64,8 +64,9 @@ awaitable<void> server(cm::listener<rx::rc>& listener, cm::resources<rx::event_d
     auto const ex = co_await ::asio::this_coro::executor;
     auto const remote = mr.remote();
     cm::connection_options opt;
+    opt.settings.remote_access = rx::access::remote_read; // the client READs the region
     auto const blob = cm::to_private_data<cm::private_data_message::accept, rx::rc>(remote);
-    opt.params.private_data = blob;
+    opt.private_data.assign(blob.begin(), blob.end());
     auto c = co_await rxa::async_accept<rx::event_driven>(ex, listener, shared, opt, use_awaitable);
     kept.emplace(std::move(*c));
 }

@@ -83,8 +83,8 @@ void print_device(rx::device dev, bool verbose) {
         std::snprintf(mask, sizeof mask, "0x%llx", static_cast<unsigned long long>(l.cap_flags()));
         auto yes = [](bool b) { return b ? "yes" : "no"; };
         std::cout << "\tatomic_cap:\t\t" << rx::to_string(l.atomics()) << '\n'
-                  << "\tmax_qp_rd_atom:\t\t" << l.max_rd_atomic() << '\n'
-                  << "\tmax_qp_init_rd_atom:\t" << l.max_init_rd_atomic() << '\n'
+                  << "\tmax_qp_rd_atom:\t\t" << l.max_responder_resources() << '\n'
+                  << "\tmax_qp_init_rd_atom:\t" << l.max_initiator_depth() << '\n'
                   << "\tmax_sge_rd:\t\t" << l.max_sge_rd() << '\n'
                   << "\tmax_mw:\t\t\t" << l.max_mw() << '\n'
                   << "\tmax_ah:\t\t\t" << l.max_ah() << '\n'

@@ -56,7 +56,7 @@ int alltoall(int argc, char** argv) {
     rx::memory_region out_mr = pd.register_memory(std::span{outbox}, rx::access::local_write);
     rx::completion_queue<rx::busy_poll> cq{ctx, static_cast<int>(4 * slots)};
     rx::peer_group_options opt;
-    opt.connect.remote_access = rx::access::remote_write; // the peers write into the inbox
+    opt.settings.remote_access = rx::access::remote_write; // the peers write into the inbox
     rx::peer_group<rx::busy_poll> group{boot, port, pd, cq, cq, in_mr.remote(), opt};
 
     unsigned bad_blocks = 0;

@@ -129,7 +129,7 @@ int write_pingpong(rx::mpi_bootstrap& boot, std::string const& device, int ib_po
     auto const recv_buf = mr.span().subspan(size, size);
     rx::completion_queue<Completion> cq{ctx, 64};
     rx::peer_group_options opt;
-    opt.connect.remote_access = rx::access::remote_write;
+    opt.settings.remote_access = rx::access::remote_write;
     rx::peer_group<Completion> group{boot, port, pd, cq, cq, mr.remote(), opt};
     int const me = boot.rank();
     boot.barrier();
@@ -202,8 +202,8 @@ int stream(rx::mpi_bootstrap& boot, std::string const& device, int ib_port, unsi
     rx::peer_group_options opt;
     opt.caps.max_send_wr = std::max(window, 1U);
     opt.caps.max_recv_wr = receives;
-    opt.connect.remote_access = rx::access::remote_write;
-    opt.connect.rnr_retry = 7; // infinite: a receiver that falls behind slows the stream, never fails it
+    opt.settings.remote_access = rx::access::remote_write;
+    opt.settings.rnr_retry_count = 7; // infinite: a receiver that falls behind slows the stream, never fails it
     rx::peer_group<Completion> group{boot, port, pd, cq, cq, mr.remote(), opt};
     int const me = boot.rank();
     unsigned posted_recvs = 0;

@@ -246,7 +246,7 @@ int run(options const& opt) {
     std::span<std::byte> const buf = msg.span();
     rx::completion_queue<Completion> cq(ctx, static_cast<int>(opt.rx_depth) + 2);
     rx::queue_pair<Transport, Completion> qp(pd, cq, cq, {.max_send_wr = 1, .max_recv_wr = opt.rx_depth});
-    rx::connect_options copt;
+    rx::qp_settings copt;
     copt.path_mtu = rx::mtu_from_bytes(opt.mtu);
     copt.service_level = opt.sl;
     if constexpr (is_ud) {

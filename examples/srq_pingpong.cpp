@@ -83,7 +83,7 @@ int run(pingpong::options const& opt) {
     // Destroyed in reverse: the QPs first, then the SRQ and the CQ they use.
     rx::completion_queue<Completion> cq(ctx, static_cast<int>(opt.rx_depth + num_qp));
     rx::shared_receive_queue srq(pd, opt.rx_depth);
-    rx::connect_options copt;
+    rx::qp_settings copt;
     copt.path_mtu = rx::mtu_from_bytes(opt.mtu);
     copt.service_level = opt.sl;
     std::vector<rx::queue_pair<rx::rc, Completion>> qps;

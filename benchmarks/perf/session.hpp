@@ -149,7 +149,7 @@ struct session {
     qp_type qp;
     channel oob;
     setup_message peer;
-    rx::connect_options copt;
+    rx::qp_settings copt;
     std::uint64_t sent = 0; ///< sends or writes posted so far (the -Q count runs across sizes)
 
     explicit session(options const& o)
@@ -164,7 +164,7 @@ struct session {
         copt.remote_access = rx::access::remote_write | rx::access::remote_read;
         if (o.op == verb::atomic) copt.remote_access = copt.remote_access | rx::access::remote_atomic;
         if (o.mtu != 0) copt.path_mtu = rx::mtu_from_bytes(o.mtu);
-        copt.rnr_retry = rx::rnr_retry_infinite; // a receiver that falls behind slows a stream, never fails it
+        copt.rnr_retry_count = rx::rnr_retry_infinite; // a receiver that falls behind slows a stream, never fails it
         qp.to_init(port, copt);
         if (o.op == verb::send)
             for (std::uint32_t k = 0; k < o.rx_depth; ++k)

@@ -7,7 +7,7 @@
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
 #include "rdmacxx/pd.hpp"
-#include "rdmacxx/qp_options.hpp"
+#include "rdmacxx/qp_settings.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -327,8 +327,12 @@ public:
 
     /// The user context given at creation (`cq_options::user_context`), nullptr when none.
     [[nodiscard]] void* user_context() const noexcept { return cq_->cq_context; }
-    /// The completion channel (event_driven only).
-    [[nodiscard]] ibv_comp_channel* channel() const noexcept { return cq_->channel; }
+    /// True when this CQ delivers its events on `channel` (event_driven and adaptive CQs made
+    /// on it, or on a channel of their own that is `channel`). The raw channel is
+    /// `native_handle()->channel`.
+    [[nodiscard]] bool delivers_to(completion_channel const& channel) const noexcept {
+        return cq_->channel == channel.native_handle();
+    }
     /// The number of entries the CQ really has (at least the number asked for).
     [[nodiscard]] int capacity() const noexcept { return cq_->cqe; }
     /// The context the CQ lives on, wherever it has moved to.

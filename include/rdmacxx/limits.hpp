@@ -47,11 +47,12 @@ public:
     [[nodiscard]] atomic_capability atomics() const noexcept {
         return static_cast<atomic_capability>(attr_.orig_attr.atomic_cap);
     }
-    /// Outstanding RDMA reads and atomics a QP may serve as responder (`max_qp_rd_atom`): the
-    /// ceiling of a peer's `max_rd_atomic` toward this device.
-    [[nodiscard]] int max_rd_atomic() const noexcept { return attr_.orig_attr.max_qp_rd_atom; }
-    /// Outstanding RDMA reads and atomics a QP may issue as initiator (`max_qp_init_rd_atom`).
-    [[nodiscard]] int max_init_rd_atomic() const noexcept { return attr_.orig_attr.max_qp_init_rd_atom; }
+    /// Outstanding RDMA READs and atomics a QP may serve as **responder** (`max_qp_rd_atom`):
+    /// the ceiling of `qp_settings::responder_resources`.
+    [[nodiscard]] int max_responder_resources() const noexcept { return attr_.orig_attr.max_qp_rd_atom; }
+    /// Outstanding RDMA READs and atomics a QP may issue as **initiator** (`max_qp_init_rd_atom`):
+    /// the ceiling of `qp_settings::initiator_depth`.
+    [[nodiscard]] int max_initiator_depth() const noexcept { return attr_.orig_attr.max_qp_init_rd_atom; }
     /// Scatter-gather entries per send or receive WR (`max_sge`).
     [[nodiscard]] int max_sge() const noexcept { return attr_.orig_attr.max_sge; }
     /// Scatter-gather entries per RDMA read WR (`max_sge_rd`).

@@ -10,7 +10,7 @@
 #include "rdmacxx/endpoint.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
-#include "rdmacxx/qp_options.hpp"
+#include "rdmacxx/qp_settings.hpp"
 #include "rdmacxx/transport.hpp"
 
 #include <cstdint>
@@ -104,81 +104,34 @@ public:
     [[nodiscard]] endpoint local_endpoint(end_port const& port) const noexcept {
         return {port.lid(), self().qp_num(), self().psn_, port.gid().gid, port.attributes().active_mtu()};
     }
-    /// As above, advertising the path MTU `opt` asks for (when smaller than the port's active MTU).
-    [[nodiscard]] endpoint local_endpoint(end_port const& port, connect_options const& opt) const noexcept {
+    /// As above, advertising the path MTU `settings` asks for (when smaller than the port's
+    /// active MTU).
+    [[nodiscard]] endpoint local_endpoint(end_port const& port, qp_settings const& settings) const noexcept {
         endpoint e = local_endpoint(port);
-        if (opt.path_mtu != ibv_mtu{} && mtu_bytes(opt.path_mtu) < mtu_bytes(e.path_mtu)) e.path_mtu = opt.path_mtu;
+        if (settings.path_mtu && mtu_bytes(*settings.path_mtu) < mtu_bytes(e.path_mtu)) e.path_mtu = *settings.path_mtu;
         return e;
     }
 
-    /// RESET → INIT on `port`, granting the peer `opt.remote_access` (RC, UC) or setting the
-    /// Q_Key (UD).
-    /// @throws argument_error when `remote_access` asks for atomics on a device whose
-    ///         `atomic_cap` is IBV_ATOMIC_NONE; sys_error naming the transition and the attribute
-    ///         mask when ibv_modify_qp(3) or ibv_query_device(3) fails.
-    void to_init(end_port const& port, connect_options const& opt = {}) {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_INIT;
-        attr.pkey_index = opt.pkey_index;
-        attr.port_num = port.port_num();
-        if constexpr (Transport::qp_type == IBV_QPT_UD) {
-            attr.qkey = opt.qkey;
-        } else {
-            if (has(opt.remote_access, access::remote_atomic) &&
-                detail::device_limits(self().qp_->context, Transport::name, self().qp_num()).atomic_cap ==
-                    IBV_ATOMIC_NONE) [[unlikely]]
-                detail::throw_argument(std::string{"cannot grant remote atomics on "} + Transport::name + " QP " +
-                                       std::to_string(self().qp_num()) +
-                                       ": the device's atomic_cap is IBV_ATOMIC_NONE");
-            attr.qp_access_flags = static_cast<unsigned>(to_native(opt.remote_access));
-        }
-        modify(attr, Transport::init_mask, IBV_QPS_RESET);
+    /// RESET → INIT on `port`: P_Key index, and the access granted to the peer (RC, UC) or the
+    /// Q_Key (UD), from `settings`.
+    /// @throws argument_error when `settings` fails `detail::validate` (nothing is changed);
+    ///         sys_error naming the transition and the attribute mask when ibv_modify_qp(3) or
+    ///         ibv_query_device(3) fails.
+    void to_init(end_port const& port, qp_settings const& settings = {}) {
+        to_init(port, settings, checked_device(settings));
     }
 
-    /// INIT → RTR towards `remote` (RC, UC): path MTU (the smaller of `opt.path_mtu`, or the
-    /// port's active MTU, and `remote.path_mtu` when set), remote QPN and PSN, address vector
-    /// (SL `opt.service_level`; a GRH from `port`'s GID with `opt`'s hop limit, traffic class and
-    /// flow label whenever the remote GID is set, as RoCE needs), and on RC the responder's
-    /// `max_dest_rd_atomic` and `min_rnr_timer`.
-    /// @throws argument_error when the flow label is over 20 bits, the SL over 15, the path MTU
-    ///         exceeds the port's active MTU or `max_dest_rd_atomic` the device's
-    ///         `max_qp_rd_atom` (nothing is changed then); sys_error naming the transition
+    /// INIT → RTR towards `remote` (RC, UC): path MTU (the port's active MTU, no more than
+    /// `remote.path_mtu` when set nor `settings.path_mtu`), remote QPN and PSN, address vector
+    /// (a GRH from `port`'s GID whenever the remote GID is set, as RoCE needs; SL, hop limit,
+    /// traffic class and flow label from `settings` or the verbs path's 0, 64, 0, 0), and on RC
+    /// the responder resources and minimum RNR timer.
+    /// @throws argument_error when `settings` fails `detail::validate` or its path MTU exceeds
+    ///         the port's active MTU (nothing is changed then); sys_error naming the transition
     ///         and mask when ibv_modify_qp(3) fails.
     void to_rtr(end_port const& port, endpoint const& remote,
-                connect_options const& opt = {}) requires(Transport::connected) {
-        detail::check_qos(opt.flow_label, opt.service_level,
-                          std::string{Transport::name} + " QP " + std::to_string(self().qp_num()));
-        ibv_mtu mtu = opt.path_mtu == ibv_mtu{} ? port.attributes().active_mtu() : opt.path_mtu;
-        if (mtu_bytes(mtu) > mtu_bytes(port.attributes().active_mtu())) [[unlikely]]
-            detail::throw_argument("path MTU " + std::to_string(mtu_bytes(mtu)) + " exceeds the active MTU " +
-                                   std::to_string(mtu_bytes(port.attributes().active_mtu())) + " of port " +
-                                   port.to_string());
-        if (mtu_bytes(remote.path_mtu) != 0 && mtu_bytes(remote.path_mtu) < mtu_bytes(mtu)) mtu = remote.path_mtu;
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RTR;
-        attr.path_mtu = mtu;
-        attr.dest_qp_num = remote.qpn;
-        attr.rq_psn = remote.psn;
-        if constexpr (Transport::qp_type == IBV_QPT_RC) {
-            attr.max_dest_rd_atomic = detail::rd_atomic_depth(
-                opt.max_dest_rd_atomic,
-                detail::device_limits(self().qp_->context, Transport::name, self().qp_num()).max_qp_rd_atom,
-                "max_dest_rd_atomic", "max_qp_rd_atom", Transport::name, self().qp_num());
-            attr.min_rnr_timer = opt.min_rnr_timer.code();
-        }
-        attr.ah_attr = detail::address_vector(port, remote.lid, remote.gid,
-                                              {.service_level = opt.service_level,
-                                               .hop_limit = opt.hop_limit,
-                                               .traffic_class = opt.traffic_class,
-                                               .flow_label = opt.flow_label});
-        try {
-            modify(attr, Transport::rtr_mask, IBV_QPS_INIT);
-        } catch (error& e) { // a route error names the GID chosen on this side and the remote one
-            e.push_context("Failed routing QP " + std::to_string(self().qp_num()) + " from " + port.describe() +
-                           " to GID " + remote.gid.to_string());
-            throw;
-        }
-        self().path_mtu_bytes_ = mtu_bytes(mtu);
+                qp_settings const& settings = {}) requires(Transport::connected) {
+        to_rtr(port, remote, settings, checked_device(settings));
     }
 
     /// INIT → RTR for UD, which has no remote: records the port's active MTU as the largest
@@ -191,29 +144,11 @@ public:
         self().path_mtu_bytes_ = mtu_bytes(port.attributes().active_mtu());
     }
 
-    /// RTR → RTS: this QP may send, starting at `psn()`; on RC with `opt`'s ACK timeout, retry
-    /// count, RNR retry count and `max_rd_atomic`.
-    /// @throws argument_error when `retry_count` or `rnr_retry` is over 7 or `max_rd_atomic` over
-    ///         the device's `max_qp_init_rd_atom`; sys_error naming the transition and mask when
-    ///         ibv_modify_qp(3) fails.
-    void to_rts(connect_options const& opt = {}) {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RTS;
-        attr.sq_psn = self().psn_;
-        if constexpr (Transport::qp_type == IBV_QPT_RC) {
-            detail::check_retry_counts(opt);
-            ibv_device_attr const dev = detail::device_limits(self().qp_->context, Transport::name, self().qp_num());
-            attr.timeout = opt.timeout.code();
-            attr.retry_cnt = opt.retry_count;
-            attr.rnr_retry = opt.rnr_retry;
-            attr.max_rd_atomic = detail::rd_atomic_depth(opt.max_rd_atomic, dev.max_qp_init_rd_atom, "max_rd_atomic",
-                                                         "max_qp_init_rd_atom", Transport::name, self().qp_num());
-            modify(attr, Transport::rts_mask, IBV_QPS_RTR);
-            self().atomics_ = dev.atomic_cap != IBV_ATOMIC_NONE;
-        } else {
-            modify(attr, Transport::rts_mask, IBV_QPS_RTR);
-        }
-    }
+    /// RTR → RTS: this QP may send, starting at `psn()`; on RC with `settings`' local ACK
+    /// timeout, retry count, RNR retry count and initiator depth.
+    /// @throws argument_error when `settings` fails `detail::validate` (nothing is changed);
+    ///         sys_error naming the transition and mask when ibv_modify_qp(3) fails.
+    void to_rts(qp_settings const& settings = {}) { to_rts(settings, checked_device(settings)); }
 
     /// False when the device cannot run atomics (`atomic_cap` IBV_ATOMIC_NONE), as found when
     /// the QP was moved to RTS (true before, and for a QP adopted from the CM). A `checked` QP
@@ -222,21 +157,25 @@ public:
     /// path as short as verbs.
     [[nodiscard]] bool supports_atomics() const noexcept { return self().atomics_; }
 
-    /// RESET → INIT → RTR → RTS towards `remote` through `port` (RC, UC).
+    /// RESET → INIT → RTR → RTS towards `remote` through `port` (RC, UC), with `settings`
+    /// checked once, before the first step.
     /// @throws as the three steps, with the step in the context messages.
     void connect(end_port const& port, endpoint const& remote,
-                 connect_options const& opt = {}) requires(Transport::connected) {
-        to_init(port, opt);
-        to_rtr(port, remote, opt);
-        to_rts(opt);
+                 qp_settings const& settings = {}) requires(Transport::connected) {
+        ibv_device_attr const dev = checked_device(settings);
+        to_init(port, settings, dev);
+        to_rtr(port, remote, settings, dev);
+        to_rts(settings, dev);
     }
 
-    /// RESET → INIT → RTR → RTS on `port` (UD): ready to send to any address handle and receive.
+    /// RESET → INIT → RTR → RTS on `port` (UD): ready to send to any address handle and receive
+    /// with `settings.qkey`.
     /// @throws as the three steps.
-    void activate(end_port const& port, connect_options const& opt = {}) requires(!Transport::connected) {
-        to_init(port, opt);
+    void activate(end_port const& port, qp_settings const& settings = {}) requires(!Transport::connected) {
+        ibv_device_attr const dev = checked_device(settings);
+        to_init(port, settings, dev);
         to_rtr(port);
-        to_rts(opt);
+        to_rts(settings, dev);
     }
 
     /// Moves the QP to ERR: outstanding requests complete with IBV_WC_WR_FLUSH_ERR.
@@ -267,6 +206,63 @@ protected:
 private:
     [[nodiscard]] QueuePair& self() noexcept { return static_cast<QueuePair&>(*this); }
     [[nodiscard]] QueuePair const& self() const noexcept { return static_cast<QueuePair const&>(*this); }
+
+    // The device's limits, after `settings` passed the one validator against them.
+    [[nodiscard]] ibv_device_attr checked_device(qp_settings const& settings) const {
+        std::string const what = std::string{Transport::name} + " QP " + std::to_string(self().qp_num());
+        ibv_device_attr const dev = detail::query_device(self().qp_->context, what);
+        detail::validate(settings, Transport::qp_type, dev, what);
+        return dev;
+    }
+
+    void to_init(end_port const& port, qp_settings const& settings, ibv_device_attr const& dev) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_INIT;
+        attr.pkey_index = 0;
+        attr.port_num = port.port_num();
+        int mask = Transport::init_mask;
+        detail::apply(settings, Transport::qp_type, dev, attr, mask);
+        modify(attr, mask, IBV_QPS_RESET);
+    }
+
+    void to_rtr(end_port const& port, endpoint const& remote, qp_settings const& settings,
+                ibv_device_attr const& dev) requires(Transport::connected) {
+        ibv_mtu const active = port.attributes().active_mtu();
+        if (settings.path_mtu && mtu_bytes(*settings.path_mtu) > mtu_bytes(active)) [[unlikely]]
+            detail::throw_argument("path MTU " + std::to_string(mtu_bytes(*settings.path_mtu)) +
+                                   " exceeds the active MTU " + std::to_string(mtu_bytes(active)) + " of port " +
+                                   port.to_string() + "; nothing was changed");
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RTR;
+        attr.path_mtu = mtu_bytes(remote.path_mtu) != 0 && mtu_bytes(remote.path_mtu) < mtu_bytes(active)
+                            ? remote.path_mtu
+                            : active;
+        attr.dest_qp_num = remote.qpn;
+        attr.rq_psn = remote.psn;
+        attr.max_dest_rd_atomic = 255; // no more than the device's, unless asked (detail::apply)
+        attr.ah_attr = detail::address_vector(port, remote.lid, remote.gid, {});
+        int mask = Transport::rtr_mask;
+        detail::apply(settings, Transport::qp_type, dev, attr, mask);
+        try {
+            modify(attr, mask, IBV_QPS_INIT);
+        } catch (error& e) { // a route error names the GID chosen on this side and the remote one
+            e.push_context("Failed routing QP " + std::to_string(self().qp_num()) + " from " + port.describe() +
+                           " to GID " + remote.gid.to_string());
+            throw;
+        }
+        self().path_mtu_bytes_ = mtu_bytes(attr.path_mtu);
+    }
+
+    void to_rts(qp_settings const& settings, ibv_device_attr const& dev) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RTS;
+        attr.sq_psn = self().psn_;
+        attr.max_rd_atomic = 255; // no more than the device's, unless asked (detail::apply)
+        int mask = Transport::rts_mask;
+        detail::apply(settings, Transport::qp_type, dev, attr, mask);
+        modify(attr, mask, IBV_QPS_RTR);
+        if constexpr (Transport::qp_type == IBV_QPT_RC) self().atomics_ = dev.atomic_cap != IBV_ATOMIC_NONE;
+    }
 
     void modify(ibv_qp_attr& attr, int mask, ibv_qp_state from) {
         if (int rc = ::ibv_modify_qp(self().qp_.get(), &attr, mask); rc != 0) [[unlikely]]

@@ -38,6 +38,7 @@
 #include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/qp.hpp"
 #include "rdmacxx/qp_options.hpp"
+#include "rdmacxx/qp_settings.hpp"
 #include "rdmacxx/srq.hpp"
 #include "rdmacxx/thread_domain.hpp"
 #include "rdmacxx/timeouts.hpp"

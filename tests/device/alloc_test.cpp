@@ -124,10 +124,10 @@ constexpr std::size_t rounds = 32;
 
 TEST_CASE_TEMPLATE("posting and polling every work-request kind allocates nothing", Completion, rx::busy_poll,
                    rx::event_driven) {
-    rx::connect_options opt;
+    rx::qp_settings opt;
     opt.remote_access = rx::all_remote;
-    opt.max_rd_atomic = 4;
-    opt.max_dest_rd_atomic = 4;
+    opt.initiator_depth = 4;
+    opt.responder_resources = 4;
     test::loopback<rx::rc, Completion> lb{rx::qp_capabilities{.max_inline_data = 64}, opt};
     test::buffer local(lb.pd, 4096), remote(lb.pd, 4096);
     auto const msg = local.span().first(64);

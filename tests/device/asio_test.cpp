@@ -649,7 +649,7 @@ TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's di
     rx::cm::listener<rx::rc> listener{test::device_address(0)};
     auto const to = rx::cm::address::resolve(test::device_ip(), listener.port());
     rx::cm::connection_options opt;
-    opt.event_timeout = 10s;
+    opt.deadlines.event = 10s;
     using conn = rx::cm::connection<rx::rc, rx::event_driven>;
 
     SUBCASE("callback accept, future connect, deferred and awaited disconnect") {
@@ -678,7 +678,7 @@ TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's di
                             [&](std::error_code ec, rx::work_completion) { codes.push_back(ec); });
         bool disconnected = false;
         auto op =
-            rxa::async_disconnect(ex, *client, opt.timeout(rx::cm::step::disconnect), ::asio::experimental::deferred);
+            rxa::async_disconnect(ex, *client, opt.deadlines.of(rx::cm::step::disconnect), ::asio::experimental::deferred);
         auto const start = std::chrono::steady_clock::now();
         std::move(op)([&](std::exception_ptr e) {
             CHECK_FALSE(e);
@@ -690,7 +690,7 @@ TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's di
         for (auto const& ec : codes)
             CHECK(ec == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
         // Bound: the disconnect timeout (the monitor moves the QP to ERR on the DREQ).
-        CHECK(std::chrono::steady_clock::now() - start < opt.timeout(rx::cm::step::disconnect));
+        CHECK(std::chrono::steady_clock::now() - start < opt.deadlines.of(rx::cm::step::disconnect));
         CHECK(server->wait_disconnected(5s));
     }
     SUBCASE("awaitable connect and accept on shared resources; a timed-out accept") {

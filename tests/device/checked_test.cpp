@@ -168,7 +168,7 @@ using checked_rc = rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>>;
 // flight: b posts no receive and RNR retries go on forever.
 struct two_pairs {
     two_pairs() {
-        opt.rnr_retry = 7;
+        opt.rnr_retry_count = 7;
         opt.min_rnr_timer = std::chrono::microseconds{10};
         opt.remote_access = rx::all_remote;
         a->connect(port, b.local_endpoint(port), opt);
@@ -176,7 +176,7 @@ struct two_pairs {
         c->connect(port, d.local_endpoint(port), opt);
         d.connect(port, c->local_endpoint(port), opt);
     }
-    rx::connect_options opt;
+    rx::qp_settings opt;
     rx::context ctx = test::open_test_device();
     rx::end_port port{ctx};
     rx::protection_domain pd{ctx};

@@ -91,10 +91,9 @@ int child_hold_event(int out) {
         } // rdma_destroy_id with the event still held
         // The event outlives its id, its data intact; a move keeps it valid.
         if (held->id() == nullptr || held->status() != 0 || !held->private_data().empty()) return 4;
-        cm::event moved = std::move(*held);
-        if (moved.native_handle()->event != RDMA_CM_EVENT_ADDR_RESOLVED || !moved) return 4;
-        moved.ack();
-        if (moved) return 4;
+        cm::event const copied = *held;
+        held.reset();
+        if (copied.native().event != RDMA_CM_EVENT_ADDR_RESOLVED || copied.id() == nullptr) return 4;
         child_say(out, "id destroyed while its event was held");
     }
     cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
@@ -259,11 +258,11 @@ std::vector<rx::work_completion> collect(rx::completion_queue<Completion>& cq, s
                 got.push_back(wc);
                 continue;
             }
-            pollfd pfd{cq.channel()->fd, POLLIN, 0};
+            pollfd pfd{cq.native_handle()->channel->fd, POLLIN, 0};
             if (::poll(&pfd, 1, 100) > 0) {
                 ibv_cq* ev_cq = nullptr;
                 void* ev_ctx = nullptr;
-                if (::ibv_get_cq_event(cq.channel(), &ev_cq, &ev_ctx) == 0) cq.note_event();
+                if (::ibv_get_cq_event(cq.native_handle()->channel, &ev_cq, &ev_ctx) == 0) cq.note_event();
             }
         }
     }

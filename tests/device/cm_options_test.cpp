@@ -56,7 +56,7 @@ TEST_SUITE("cm options") {
             std::atomic<bool> receive_posted{false};
             background srv([&] {
                 cm::connection_options opt;
-                opt.params.timeout = server_timeout;
+                opt.settings.local_ack_timeout = server_timeout;
                 auto conn = server.accept<rx::busy_poll>(20s, opt);
                 server_attr = query_path(conn.qp().native_handle());
                 test::buffer buf(conn.pd(), 256);
@@ -68,7 +68,7 @@ TEST_SUITE("cm options") {
             });
             cm::connection_options opt;
             opt.type_of_service = tos;
-            opt.params.timeout = std::chrono::milliseconds{50}; // a duration, rounded up to 4.096 µs × 2ⁿ
+            opt.settings.local_ack_timeout = std::chrono::milliseconds{50}; // a duration, rounded up to 4.096 µs × 2ⁿ
             auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
             ibv_qp_attr const client_attr = query_path(conn.qp().native_handle());
             std::string const msg = "sent with DSCP 26";
@@ -141,7 +141,7 @@ TEST_SUITE("cm options") {
         try {
             again.cm_id().set_reuse_address(true);
             FAIL("reuseaddr on a listening id was accepted");
-        } catch (cm::unsupported_error const& e) {
+        } catch (rx::not_supported_error const& e) {
             MESSAGE(std::string{e.what()});
             CHECK(std::string{e.what()}.find("RDMA_OPTION_ID_REUSEADDR") != std::string::npos);
         }
@@ -159,21 +159,21 @@ TEST_SUITE("cm options") {
         try {
             id.bind(ib);
             FAIL("binding an AF_IB address on RoCE succeeded");
-        } catch (cm::unsupported_error const& e) {
+        } catch (rx::not_supported_error const& e) {
             std::string const what = e.what();
             MESSAGE(what);
             CHECK(what.find("AF_IB") != std::string::npos);
             CHECK(what.find(std::string{ctx.name()}) != std::string::npos);
             CHECK(e.code() == std::error_code{EAFNOSUPPORT, std::system_category()});
         }
-        CHECK_THROWS_AS(id.resolve_address(ib, 1000ms), cm::unsupported_error);
+        CHECK_THROWS_AS(id.resolve_address(ib, 1000ms), rx::not_supported_error);
         // The IPv6-only option itself is known to the kernel, before bind.
         cm::id v6{channel, cm::port_space::tcp};
         CHECK_NOTHROW(v6.set_address_family_only(true));
     }
 
-    TEST_CASE("cm options: raw connect_options put SL, traffic class and flow label in the QP's address vector") {
-        rx::connect_options opt{.remote_access = rx::all_remote};
+    TEST_CASE("cm options: raw qp_settings put SL, traffic class and flow label in the QP's address vector") {
+        rx::qp_settings opt{.remote_access = rx::all_remote};
         opt.service_level = 3;
         opt.traffic_class = 0x68;
         opt.flow_label = 0xabcde;
@@ -194,10 +194,10 @@ TEST_SUITE("cm options") {
 
         rx::completion_queue<rx::busy_poll> cq{lb.ctx, 16};
         rx::queue_pair<rx::rc, rx::busy_poll> bad{lb.pd, cq, cq};
-        rx::connect_options too_long{};
+        rx::qp_settings too_long{};
         too_long.flow_label = rx::max_flow_label + 1;
         CHECK_THROWS_AS(bad.connect(lb.port, lb.a.local_endpoint(lb.port), too_long), rx::argument_error);
-        rx::connect_options bad_sl{};
+        rx::qp_settings bad_sl{};
         bad_sl.service_level = 16;
         CHECK_THROWS_AS(bad.connect(lb.port, lb.a.local_endpoint(lb.port), bad_sl), rx::argument_error);
     }
@@ -215,7 +215,7 @@ TEST_SUITE("cm options") {
                               rx::address_qos{.service_level = 0, .traffic_class = tc, .flow_label = 0x1234}};
         test::buffer in(pd, rx::ud::grh_bytes + 64), out(pd, 64, std::byte{0x42});
         rx_qp.post_recv(rx::recv{in.span()});
-        tx.post(rx::send{out.span()}.to(ah, rx_qp.qp_num(), rx::connect_options{}.qkey));
+        tx.post(rx::send{out.span()}.to(ah, rx_qp.qp_num(), rx::default_qkey));
         rx::work_completion wc = test::wait_ok(cq);
         if (!wc.is_recv()) wc = test::wait_ok(cq);
         REQUIRE(wc.is_recv());
@@ -238,7 +238,8 @@ TEST_SUITE("cm options") {
         std::string server_got;
         std::atomic<bool> ready{false};
         background srv([&] {
-            auto conn = server.accept<rx::busy_poll>(20s);
+            // The client WRITEs into server_mem: granted, as nothing remote is by default.
+            auto conn = server.accept<rx::busy_poll>(20s, {.settings = {.remote_access = rx::access::remote_write}});
             auto mr =
                 conn.pd().register_memory(std::span{server_mem}, rx::access::local_write | rx::access::remote_write);
             test::buffer buf(conn.pd(), 256);

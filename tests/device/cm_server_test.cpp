@@ -249,14 +249,15 @@ TEST_SUITE("cm server") {
             me.qpn = sqp.qp_num();
             auto const pd_bytes = cm::to_private_data<cm::private_data_message::accept, rx::rc>(target.mr.remote(), me);
             cm::connection_options opt;
-            opt.params.private_data = pd_bytes;
+            opt.settings.remote_access = rx::access::remote_write; // the client WRITEs into target
+            opt.private_data.assign(pd_bytes.begin(), pd_bytes.end());
             auto conn = req.accept(sqp, opt, [&](auto& c) { c.qp().post_recv(rx::recv{inbox.span()}.id(1)); });
             CHECK(conn.wait_disconnected(20s));
         });
         hello const h{.client = 7, .messages = 1, .name = "typed"};
         auto const hello_bytes = cm::to_private_data<cm::private_data_message::connect, rx::rc>(h);
         cm::connection_options opt;
-        opt.params.private_data = hello_bytes;
+        opt.private_data.assign(hello_bytes.begin(), hello_bytes.end());
         auto conn = cm::connect(device_address(port), cqp, opt);
         CHECK(&conn.qp() == &cqp);
         CHECK(cqp.state() == IBV_QPS_RTS);
@@ -299,9 +300,9 @@ TEST_SUITE("cm server") {
             std::string ip = device_ip();
             ip = ip.substr(0, ip.rfind('.')) + ".77";
             cm::connection_options opt;
-            opt.resolve_timeout = 1000ms;
-            opt.connect_timeout = 1500ms;
-            auto const bound = 2 * (opt.resolve_timeout + 1000ms) + *opt.connect_timeout;
+            opt.deadlines.resolve = 1000ms;
+            opt.deadlines.connect = 1500ms;
+            auto const bound = 2 * (opt.deadlines.resolve + 1000ms) + *opt.deadlines.connect;
             auto const start = std::chrono::steady_clock::now();
             try {
                 (void)cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(ip, 7471), opt);
@@ -323,7 +324,7 @@ TEST_SUITE("cm server") {
             rx::completion_queue<rx::busy_poll> cq{ctx, 16};
             rx::queue_pair<rx::rc, rx::busy_poll, rx::extended_post> qp{pd, cq, cq};
             cm::connection_options opt;
-            opt.connect_timeout = 1000ms;
+            opt.deadlines.connect = 1000ms;
             auto const start = std::chrono::steady_clock::now();
             try {
                 (void)cm::connect(cm::address::resolve(ip, 7471), qp, opt);
@@ -331,7 +332,7 @@ TEST_SUITE("cm server") {
             } catch (cm::timeout_error const& e) {
                 CHECK(e.step() == cm::step::connect);
             }
-            CHECK(std::chrono::steady_clock::now() - start < 2 * (opt.resolve_timeout + 1000ms) + 1000ms + 2s);
+            CHECK(std::chrono::steady_clock::now() - start < 2 * (opt.deadlines.resolve + 1000ms) + 1000ms + 2s);
             CHECK(qp.state() == IBV_QPS_ERR);
         }
         SUBCASE("accept: a client that never completes the handshake") {
@@ -344,10 +345,10 @@ TEST_SUITE("cm server") {
             REQUIRE(ch.get(5s)->type() == cm::event_type::addr_resolved);
             client.resolve_route(2000ms);
             REQUIRE(ch.get(5s)->type() == cm::event_type::route_resolved);
-            client.connect({}, 0x1234, false);
+            client.connect({}, {}, 0x1234, false);
             auto req = server.get_request(10s);
             cm::connection_options opt;
-            opt.accept_timeout = 1000ms;
+            opt.deadlines.accept = 1000ms;
             auto const start = std::chrono::steady_clock::now();
             try {
                 (void)req.accept<rx::rc, rx::busy_poll>(opt);
@@ -371,7 +372,7 @@ TEST_SUITE("cm server") {
                 silent.emplace(server.get_request(20s).accept_shared<rx::rc, rx::busy_poll>());
             });
             cm::connection_options opt;
-            opt.disconnect_timeout = 800ms;
+            opt.deadlines.disconnect = 800ms;
             auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
             srv.join();
             auto const start = std::chrono::steady_clock::now();

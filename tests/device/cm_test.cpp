@@ -102,7 +102,7 @@ TEST_SUITE("cm") {
             bool server_saw_disconnect = false;
             background srv([&] {
                 cm::connection_options opt;
-                opt.params.private_data = server_pd;
+                opt.private_data.assign(server_pd.begin(), server_pd.end());
                 auto req = server.get_request(20s);
                 request_pd.assign(req.private_data().begin(), req.private_data().end());
                 auto conn = req.accept<rx::rc, C>(opt);
@@ -124,7 +124,7 @@ TEST_SUITE("cm") {
             });
 
             cm::connection_options opt;
-            opt.params.private_data = client_pd;
+            opt.private_data.assign(client_pd.begin(), client_pd.end());
             auto conn = cm::connect<rx::rc, C>(device_address(port), opt);
             CHECK(conn.state() == cm::connection_state::established);
             CHECK(private_data_matches(conn.peer_private_data(), server_pd));
@@ -178,12 +178,11 @@ TEST_SUITE("cm") {
         auto cqp = client.create_qp<rx::rc, rx::busy_poll>(cpd, ccq, ccq);
         CHECK(cqp.state() == IBV_QPS_INIT);
         auto const hello = bytes_of("abc");
-        cm::connection_parameters cp;
-        cp.private_data = hello;
-        cp.responder_resources = 2;
-        cp.initiator_depth = 1;
-        cp.rnr_retry_count = 6;
-        client.connect(cp);
+        rx::qp_settings cs;
+        cs.responder_resources = 2;
+        cs.initiator_depth = 1;
+        cs.rnr_retry_count = 6;
+        client.connect(cs, hello);
 
         auto req = take(sch, server_seen);
         REQUIRE(req.type() == cm::event_type::connect_request);
@@ -195,17 +194,17 @@ TEST_SUITE("cm") {
         CHECK(req.conn().initiator_depth == 2);     // the peer's responder resources
         CHECK(req.conn().rnr_retry_count == 6);
         cm::id sid{req.id()};
-        req.ack();
         rx::protection_domain spd{sid.context()};
         rx::completion_queue<rx::busy_poll> scq{sid.context(), 16};
         auto sqp = sid.create_qp<rx::rc, rx::busy_poll>(spd, scq, scq);
         sid.accept();
 
-        // The client's CM sends its RTU (and moves its QP to RTS) as the client takes the event.
-        auto est = take(cch, client_seen);
-        REQUIRE(est.type() == cm::event_type::established);
-        CHECK(est.conn().qp_num == sqp.qp_num());
-        est.ack();
+        // The client's QP is not on its id until connected: the CM reports the connect response,
+        // and `establish` moves the QP to RTS and sends the RTU.
+        auto rep = take(cch, client_seen);
+        REQUIRE(rep.type() == cm::event_type::connect_response);
+        CHECK(rep.conn().qp_num == sqp.qp_num());
+        client.establish(cs);
         CHECK(take(sch, server_seen).type() == cm::event_type::established);
         CHECK(cqp.state() == IBV_QPS_RTS);
         CHECK(sqp.state() == IBV_QPS_RTS);
@@ -223,7 +222,7 @@ TEST_SUITE("cm") {
         sid.destroy_qp(sqp);
 
         std::vector<cm::event_type> const want_client{cm::event_type::addr_resolved, cm::event_type::route_resolved,
-                                                      cm::event_type::established, cm::event_type::disconnected};
+                                                      cm::event_type::connect_response, cm::event_type::disconnected};
         std::vector<cm::event_type> const want_server{cm::event_type::connect_request, cm::event_type::established,
                                                       cm::event_type::disconnected};
         CHECK(client_seen == want_client);
@@ -246,12 +245,12 @@ TEST_SUITE("cm") {
                 auto req = server.get_request(20s);
                 seen.assign(req.private_data().begin(), req.private_data().end());
                 cm::connection_options opt;
-                opt.params.private_data = acc_pd;
+                opt.private_data.assign(acc_pd.begin(), acc_pd.end());
                 auto conn = req.accept<rx::rc, rx::busy_poll>(opt);
                 (void)conn.wait_disconnected(20s);
             });
             cm::connection_options opt;
-            opt.params.private_data = req_pd;
+            opt.private_data.assign(req_pd.begin(), req_pd.end());
             auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
             CHECK(private_data_matches(conn.peer_private_data(), acc_pd));
             conn.disconnect();
@@ -264,7 +263,7 @@ TEST_SUITE("cm") {
                 req.reject(rej_pd);
             });
             cm::connection_options opt;
-            opt.params.private_data = req_pd;
+            opt.private_data.assign(req_pd.begin(), req_pd.end());
             try {
                 (void)cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
                 FAIL("a rejected connect returned a connection");
@@ -281,7 +280,7 @@ TEST_SUITE("cm") {
         SUBCASE("over the limit nothing is sent") {
             std::vector<std::byte> big(57);
             cm::connection_options opt;
-            opt.params.private_data = big;
+            opt.private_data.assign(big.begin(), big.end());
             CHECK_THROWS_AS((void)connect_rc(device_address(port), opt), rx::argument_error);
             // Nothing reached the listener.
             CHECK_THROWS_AS((void)server.get_request(500ms), cm::timeout_error);
@@ -291,7 +290,7 @@ TEST_SUITE("cm") {
                 CHECK_THROWS_AS(req.reject(big_reject), rx::argument_error);
                 std::vector<std::byte> big_accept(197);
                 cm::connection_options aopt;
-                aopt.params.private_data = big_accept;
+                aopt.private_data.assign(big_accept.begin(), big_accept.end());
                 auto accept_rc = [&] { return req.accept<rx::rc, rx::busy_poll>(aopt); };
                 CHECK_THROWS_AS((void)accept_rc(), rx::argument_error);
                 req.reject();
@@ -303,7 +302,7 @@ TEST_SUITE("cm") {
 
     TEST_CASE("cm: connecting to a port with no listener fails with a CM error within its timeout") {
         cm::connection_options opt;
-        opt.event_timeout = 15s;
+        opt.deadlines.event = 15s;
         auto const start = std::chrono::steady_clock::now();
         try {
             (void)cm::connect<rx::rc, rx::busy_poll>(device_address(1), opt); // nobody listens on port 1
@@ -321,14 +320,14 @@ TEST_SUITE("cm") {
 
     TEST_CASE("cm: resolving an unroutable address fails with an address or route error and does not hang") {
         cm::connection_options opt;
-        opt.resolve_timeout = 2000ms;
+        opt.deadlines.resolve = 2000ms;
         SUBCASE("an absent host on the device's subnet") {
             // x.y.z.77 on the device's /24, where nobody is. On a NOARP netdev (Soft-RoCE on a dummy
             // interface) the neighbour "resolves" without asking, so the failure may come later, as
             // an unanswered connect request; either way it is a CM error, bounded by the timeouts.
             std::string ip = device_ip();
             ip = ip.substr(0, ip.rfind('.')) + ".77";
-            opt.event_timeout = 5s;
+            opt.deadlines.event = 5s;
             auto const start = std::chrono::steady_clock::now();
             try {
                 (void)cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(ip, 7471), opt);
@@ -449,7 +448,6 @@ TEST_SUITE("cm") {
                     if (e->type() == cm::event_type::connect_request) {
                         cm::connect_request req{*e};
                         rdma_cm_id* const key = req.cm_id().native_handle();
-                        e->ack();
                         auto s =
                             std::make_unique<session>(session{req.accept_shared<rx::rc, rx::busy_poll>(), nullptr});
                         s->buf = std::make_unique<test::buffer>(s->conn.pd(), 256);
@@ -462,7 +460,6 @@ TEST_SUITE("cm") {
                         it->second->conn.handle(*e);
                         if (it->second->conn.state() == cm::connection_state::disconnected) {
                             CHECK(it->second->answered);
-                            e->ack();
                             sessions.erase(it);
                             ++disconnected;
                         }
@@ -524,7 +521,7 @@ TEST_SUITE("cm") {
             bufp.reset(); // its memory region before the connection's PD
         });
         cm::connection_options opt;
-        opt.params.private_data = hello;
+        opt.private_data.assign(hello.begin(), hello.end());
         auto conn = cm::connect<rx::ud, C>(device_address(port), opt);
         REQUIRE(conn.peer_ah() != nullptr);
         CHECK(conn.peer_qkey() == RDMA_UDP_QKEY);

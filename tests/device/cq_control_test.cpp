@@ -67,7 +67,7 @@ TEST_CASE("cq control: the user context comes back with the CQ's event") {
     b.post_recv(rx::recv{dst.span()}.id(1));
     cq.arm();
     a.post(rx::send{src.span()}.id(2));
-    ibv_comp_channel* const ch = cq.channel();
+    ibv_comp_channel* const ch = cq.native_handle()->channel;
     pollfd pfd{ch->fd, POLLIN, 0};
     REQUIRE(::poll(&pfd, 1, 10000) == 1); // bounded: 10 s
     ibv_cq* ev_cq = nullptr;
@@ -176,8 +176,8 @@ TEST_CASE("device limits: typed limits are ibv_query_device_ex's") {
     REQUIRE(::ibv_query_device_ex(ctx.native_handle(), nullptr, &raw) == 0);
     auto const l = ctx.limits();
     CHECK(static_cast<int>(l.atomics()) == static_cast<int>(raw.orig_attr.atomic_cap));
-    CHECK(l.max_rd_atomic() == raw.orig_attr.max_qp_rd_atom);
-    CHECK(l.max_init_rd_atomic() == raw.orig_attr.max_qp_init_rd_atom);
+    CHECK(l.max_responder_resources() == raw.orig_attr.max_qp_rd_atom);
+    CHECK(l.max_initiator_depth() == raw.orig_attr.max_qp_init_rd_atom);
     CHECK(l.max_sge() == raw.orig_attr.max_sge);
     CHECK(l.max_sge_rd() == raw.orig_attr.max_sge_rd);
     CHECK(l.max_cqe() == raw.orig_attr.max_cqe);
@@ -190,7 +190,7 @@ TEST_CASE("device limits: typed limits are ibv_query_device_ex's") {
     // What rxe (kernel 6.1) reports, so the docs' table stays true.
     if (ctx.name().starts_with("rxe")) {
         CHECK(l.atomics() == rx::atomic_capability::hca);
-        CHECK(l.max_rd_atomic() >= 1);
+        CHECK(l.max_responder_resources() >= 1);
         CHECK(l.max_sge() >= 1);
         CHECK(l.memory_windows());
         CHECK_FALSE(l.on_demand_paging());

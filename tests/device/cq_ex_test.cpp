@@ -145,7 +145,7 @@ TEST_CASE("cq_ex: UD receives carry the sender's QP number, as ibv_poll_cq says"
     a.activate(port);
     b.activate(port);
     rx::address_handle ah(pd, port, port.lid(), port.gid().gid);
-    std::uint32_t const qkey = rx::connect_options{}.qkey;
+    std::uint32_t const qkey = rx::default_qkey;
     test::buffer src(pd, 128), dst(pd, 2 * (rx::ud::grh_bytes + 128));
     auto round = [&](std::uint64_t base) {
         b.post_recv(rx::recv{dst.span().first(rx::ud::grh_bytes + 128)}.id(base + 1));

@@ -44,7 +44,7 @@ struct buffer {
 /// other every remote right unless `opt` says otherwise.
 template <class Transport, class Completion, class Post = rx::legacy_post>
 struct loopback {
-    explicit loopback(rx::qp_capabilities caps = {}, rx::connect_options const& opt = {.remote_access = rx::all_remote})
+    explicit loopback(rx::qp_capabilities caps = {}, rx::qp_settings const& opt = {.remote_access = rx::all_remote})
         : ctx(open_test_device()), port(ctx), pd(ctx), cq_a(ctx, 512), cq_b(ctx, 512), a(pd, cq_a, cq_a, caps),
           b(pd, cq_b, cq_b, caps) {
         a.connect(port, b.local_endpoint(port), opt);

@@ -82,7 +82,7 @@ TEST_CASE_TEMPLATE("move: a CQ moved into a live CQ that took an event acknowled
     test::buffer buf(pd, 4096);
     rx::completion_queue<C> target{ctx, 16};
     rx::completion_queue<C> source{ctx, 16};
-    int const old_channel_fd = target.channel()->fd;
+    int const old_channel_fd = target.native_handle()->channel->fd;
     {
         rx::queue_pair<rx::rc, C> a{pd, target, target}, b{pd, source, source};
         a.connect(port, b.local_endpoint(port));
@@ -94,7 +94,7 @@ TEST_CASE_TEMPLATE("move: a CQ moved into a live CQ that took an event acknowled
         a.post(rx::send{buf.span().first(64)}.id(1));
         ibv_cq* ev_cq = nullptr;
         void* ev_ctx = nullptr;
-        REQUIRE(::ibv_get_cq_event(target.channel(), &ev_cq, &ev_ctx) == 0);
+        REQUIRE(::ibv_get_cq_event(target.native_handle()->channel, &ev_cq, &ev_ctx) == 0);
         REQUIRE(ev_cq == target.native_handle());
         target.note_event();
         CHECK(wait_ok(target).wr_id() == 1);
@@ -135,7 +135,7 @@ TEST_CASE_TEMPLATE("move: a CQ moved into a live CQ that took an event acknowled
         c.post(rx::send{buf.span().first(8)}.id(5));
         ibv_cq* ev_cq = nullptr;
         void* ev_ctx = nullptr;
-        REQUIRE(::ibv_get_cq_event(doomed->channel(), &ev_cq, &ev_ctx) == 0);
+        REQUIRE(::ibv_get_cq_event(doomed->native_handle()->channel, &ev_cq, &ev_ctx) == 0);
         doomed->note_event();
         CHECK(wait_ok(*doomed).wr_id() == 5);
         CHECK(wait_ok(other).wr_id() == 6);
@@ -194,7 +194,7 @@ TEST_CASE("move: every parent moves after its children exist, and every child st
     rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>> ca{pds[0], ccq, ccq}, cb{pds[0], ccq, ccq};
     rx::queue_pair<rx::rc, rx::checked<rx::busy_poll>, rx::extended_post> xa{pds[0], ccq, ccq}, xb{pds[0], ccq, ccq};
     rx::queue_pair<rx::rc, rx::busy_poll> sa{pds[0], cq, cq}, sb{pds[0], cq, cq, srqs[0]};
-    rx::connect_options const grant{.remote_access = rx::access::remote_write}; // the stream WRITEs
+    rx::qp_settings const grant{.remote_access = rx::access::remote_write}; // the stream WRITEs
     auto connect = [&](auto& a, auto& b) {
         a.connect(port, b.local_endpoint(port), grant);
         b.connect(port, a.local_endpoint(port), grant);

@@ -1,4 +1,4 @@
-// connect_options and the CM's connection parameters on a real device: the attributes each
+// qp_settings and the CM's connection parameters on a real device: the attributes each
 // option sets are those the device reports (ibv_query_qp(3)); remote access only as asked;
 // several READs in flight; two QPs given different path MTUs agree on the smaller.
 
@@ -30,7 +30,7 @@ using test::device_ip;
 
 constexpr int queried = IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                         IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
-                        IBV_QP_ACCESS_FLAGS;
+                        IBV_QP_ACCESS_FLAGS | IBV_QP_AV;
 
 // What the device says the QP's attributes are.
 ibv_qp_attr query(ibv_qp* qp) {
@@ -55,7 +55,7 @@ bool refused(rx::work_completion const& wc) {
 
 // A connected RC pair, each side with its own options.
 struct pair {
-    pair(rx::connect_options const& oa, rx::connect_options const& ob)
+    pair(rx::qp_settings const& oa, rx::qp_settings const& ob)
         : ctx(test::open_test_device()), port(ctx), pd(ctx), cq_a(ctx, 64), cq_b(ctx, 64), a(pd, cq_a, cq_a),
           b(pd, cq_b, cq_b) {
         a.connect(port, b.local_endpoint(port, ob), oa);
@@ -81,7 +81,7 @@ struct joiner {
 
 } // namespace
 
-TEST_CASE("options: the default connect_options set what the device allows and finite RNR retries") {
+TEST_CASE("options: the default qp_settings set what the device allows and finite RNR retries") {
     pair p{{}, {}};
     ibv_device_attr const dev = limits(p.ctx.native_handle());
     MESSAGE("device max_qp_init_rd_atom " << dev.max_qp_init_rd_atom << ", max_qp_rd_atom " << dev.max_qp_rd_atom
@@ -102,13 +102,13 @@ TEST_CASE("options: the default connect_options set what the device allows and f
 }
 
 TEST_CASE("options: durations and counts reach the QP as the codes they map to") {
-    rx::connect_options o;
-    o.timeout = 100ms; // → 15 (134 ms)
+    rx::qp_settings o;
+    o.local_ack_timeout = 100ms; // → 15 (134 ms)
     o.retry_count = 3;
-    o.rnr_retry = rx::rnr_retry_infinite;
+    o.rnr_retry_count = rx::rnr_retry_infinite;
     o.min_rnr_timer = 5ms; // → 18 (5.12 ms)
-    o.max_rd_atomic = 4;
-    o.max_dest_rd_atomic = 8;
+    o.initiator_depth = 4;
+    o.responder_resources = 8;
     o.remote_access = rx::access::remote_read | rx::access::remote_write;
     pair p{o, o};
     for (auto* qp : {p.a.native_handle(), p.b.native_handle()}) {
@@ -131,21 +131,21 @@ TEST_CASE("options: out-of-range counts and depths are refused before the device
     ibv_device_attr const dev = limits(ctx.native_handle());
     REQUIRE(dev.max_qp_init_rd_atom < 255);
     REQUIRE(dev.max_qp_rd_atom < 255);
-    std::vector<rx::connect_options> bad(4);
+    std::vector<rx::qp_settings> bad(4);
     bad[0].retry_count = 8;
-    bad[1].rnr_retry = 8;
-    bad[2].max_rd_atomic = static_cast<std::uint8_t>(dev.max_qp_init_rd_atom + 1);
-    bad[3].max_dest_rd_atomic = static_cast<std::uint8_t>(dev.max_qp_rd_atom + 1);
+    bad[1].rnr_retry_count = 8;
+    bad[2].initiator_depth = static_cast<std::uint8_t>(dev.max_qp_init_rd_atom + 1);
+    bad[3].responder_resources = static_cast<std::uint8_t>(dev.max_qp_rd_atom + 1);
     for (std::size_t i = 0; i < bad.size(); ++i) {
         CAPTURE(i);
         rx::queue_pair<rx::rc, rx::busy_poll> a{pd, cq, cq}, b{pd, cq, cq};
         CHECK_THROWS_AS(a.connect(port, b.local_endpoint(port), bad[i]), rx::argument_error);
-        CHECK(a.state() == (i == 3 ? IBV_QPS_INIT : IBV_QPS_RTR)); // refused before ibv_modify_qp
+        CHECK(a.state() == IBV_QPS_RESET); // refused before the first ibv_modify_qp
     }
 }
 
 TEST_CASE("options: remote access is granted only as asked") {
-    rx::connect_options granted;
+    rx::qp_settings granted;
     granted.remote_access = rx::access::remote_write;
     SUBCASE("a WRITE to a QP that granted nothing fails with a remote access error") {
         pair p{{}, {}};
@@ -167,7 +167,7 @@ TEST_CASE("options: remote access is granted only as asked") {
 }
 
 TEST_CASE("options: several RDMA READs and atomics in flight at once all complete") {
-    rx::connect_options o;
+    rx::qp_settings o;
     o.remote_access = rx::all_remote;
     pair p{o, o};
     CHECK(query(p.a.native_handle()).max_rd_atomic >= 16);
@@ -201,7 +201,7 @@ TEST_CASE("options: several RDMA READs and atomics in flight at once all complet
 }
 
 TEST_CASE("options: two QPs given different path MTUs use the smaller one") {
-    rx::connect_options small;
+    rx::qp_settings small;
     small.path_mtu = IBV_MTU_256;
     pair p{small, {}}; // a asks for 256; b would use the port's active MTU (1024 on rxe)
     CHECK(p.a.local_endpoint(p.port, small).path_mtu == IBV_MTU_256);
@@ -226,7 +226,7 @@ TEST_CASE("options: two QPs given different path MTUs use the smaller one") {
     CHECK(a_in.bytes_ == b_buf.bytes_);
 }
 
-TEST_CASE("options: the CM's connection parameters reach both QPs, each on the side it governs") {
+TEST_CASE("options: on the CM path qp_settings reach each side's own QP, as on the verbs path") {
     cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
     auto const port = server.port();
     ibv_qp_attr server_attr{};
@@ -235,9 +235,12 @@ TEST_CASE("options: the CM's connection parameters reach both QPs, each on the s
         try {
             auto req = server.get_request(20s);
             cm::connection_options opt;
-            opt.params.rnr_retry_count = 3; // the client's sends retry RNR NAKs 3 times
-            opt.params.min_rnr_timer = 5ms; // the server's RNR NAKs ask for 5.12 ms (18)
-            opt.params.timeout = 250ms;     // the server's ACK timeout: 268 ms (16)
+            opt.settings.rnr_retry_count = 3;        // the server's sends retry RNR NAKs 3 times
+            opt.settings.retry_count = 5;            // the server's sends retransmit 5 times
+            opt.settings.min_rnr_timer = 5ms;        // the server's RNR NAKs ask for 5.12 ms (18)
+            opt.settings.local_ack_timeout = 250ms;  // the server's ACK timeout: 268 ms (16)
+            opt.settings.remote_access = rx::access::remote_write; // the client may WRITE, not READ
+            opt.settings.responder_resources = 4;
             auto conn = req.accept<rx::rc, rx::busy_poll>(opt);
             server_attr = query(conn.qp().native_handle());
             (void)conn.wait_disconnected(20s);
@@ -247,9 +250,15 @@ TEST_CASE("options: the CM's connection parameters reach both QPs, each on the s
     });
     joiner const join_server{srv};
     cm::connection_options opt;
-    opt.params.rnr_retry_count = 2;    // the server's sends retry RNR NAKs twice
-    opt.params.min_rnr_timer = 2560us; // 16
-    opt.params.timeout = 500ms;        // 17 (537 ms)
+    opt.settings.rnr_retry_count = 2;       // the client's sends retry RNR NAKs twice
+    opt.settings.min_rnr_timer = 2560us;    // 16
+    opt.settings.local_ack_timeout = 500ms; // 17 (537 ms)
+    opt.settings.initiator_depth = 2;
+    opt.settings.service_level = 3;
+    opt.settings.hop_limit = 17;
+    opt.settings.traffic_class = 0x68;
+    opt.settings.flow_label = 0xabcde;
+    opt.settings.path_mtu = IBV_MTU_512;
     ibv_qp_attr client_attr{};
     ibv_device_attr dev{};
     {
@@ -260,19 +269,53 @@ TEST_CASE("options: the CM's connection parameters reach both QPs, each on the s
     }
     srv.join();
     if (server_error) std::rethrow_exception(server_error);
-    CHECK(client_attr.rnr_retry == 3); // set by the peer's accept
-    CHECK(server_attr.rnr_retry == 2); // set by the peer's connect
+    // Each side's sender settings are its own, whatever the peer asked.
+    CHECK(client_attr.rnr_retry == 2);
+    CHECK(server_attr.rnr_retry == 3);
+    CHECK(client_attr.retry_cnt == 6); // the default
+    CHECK(server_attr.retry_cnt == 5);
     CHECK(client_attr.min_rnr_timer == 16);
     CHECK(server_attr.min_rnr_timer == 18);
     CHECK(client_attr.timeout == 17);
     CHECK(server_attr.timeout == 16);
-    CHECK(client_attr.retry_cnt == 6); // the default, carried to both by the connect request
-    CHECK(server_attr.retry_cnt == 6);
-    // RD-atomic depth from the device's limits, not 1
-    CHECK(client_attr.max_rd_atomic == std::min(dev.max_qp_init_rd_atom, dev.max_qp_rd_atom));
-    CHECK(server_attr.max_dest_rd_atomic == std::min(dev.max_qp_init_rd_atom, dev.max_qp_rd_atom));
-    CHECK(client_attr.max_rd_atomic > 1);
+    // RD-atomic depths: as asked, else the device's limits (no more than the peer offered), not 1.
+    CHECK(client_attr.max_rd_atomic == 2);
+    CHECK(server_attr.max_dest_rd_atomic == 4);
     CHECK(server_attr.max_rd_atomic > 1);
+    CHECK(server_attr.max_rd_atomic <= dev.max_qp_init_rd_atom);
+    CHECK(client_attr.max_dest_rd_atomic > 1);
+    // Access: as asked, not the kernel CM's WRITE and READ for every connection.
+    CHECK(server_attr.qp_access_flags == IBV_ACCESS_REMOTE_WRITE);
+    CHECK(client_attr.qp_access_flags == 0);
+    // The path's fields replace the CM's route where set. rxe reports neither the SL nor the
+    // hop limit back (its address vector keeps no SL, and its query gives the hop limit it
+    // routes with); both only reach ibv_modify_qp, which accepted them.
+    CHECK(client_attr.ah_attr.grh.traffic_class == 0x68);
+    CHECK(client_attr.ah_attr.grh.flow_label == 0xabcde);
+    MESSAGE("SL and hop limit reported by the device: " << int{client_attr.ah_attr.sl} << ", "
+                                                        << int{client_attr.ah_attr.grh.hop_limit});
+    CHECK(client_attr.path_mtu == IBV_MTU_512);
+}
+
+TEST_CASE("options: the CM path refuses bad settings before anything is sent") {
+    cm::listener<rx::rc> server{cm::address::resolve(device_ip(), 0)};
+    auto const port = server.port();
+    std::vector<cm::connection_options> bad(3);
+    bad[0].settings.retry_count = 8;
+    bad[1].settings.flow_label = rx::max_flow_label + 1;
+    bad[2].settings.initiator_depth = 255;
+    for (std::size_t i = 0; i < bad.size(); ++i) {
+        CAPTURE(i);
+        try {
+            auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(device_ip(), port), bad[i]);
+            FAIL("connected with bad settings");
+        } catch (rx::argument_error const& e) {
+            CHECK(std::string{e.what()}.find("nothing was sent") != std::string::npos);
+        }
+    }
+    // Nothing reached the listener.
+    auto const req = server.channel().get(300ms);
+    CHECK_FALSE(req.has_value());
 }
 
 TEST_CASE("wire: a remote_span encoded into the CM's private data is written to by the peer") {
@@ -286,11 +329,12 @@ TEST_CASE("wire: a remote_span encoded into the CM's private data is written to 
             std::optional<rx::memory_region> mr;
             std::array<std::byte, rx::remote_span<std::byte>::wire_size> wire{};
             cm::connection_options opt;
+            opt.settings.remote_access = rx::access::remote_write; // the client WRITEs here
             auto conn = req.accept<rx::rc, rx::busy_poll>(opt, [&](auto& c) {
                 mr.emplace(
                     c.pd().register_memory(std::span{target}, rx::access::local_write | rx::access::remote_write));
                 wire = mr->template remote<std::byte>().to_bytes();
-                opt.params.private_data = wire; // accept sends opt.params after this call
+                opt.private_data.assign(wire.begin(), wire.end()); // the accept sends it after this call
             });
             (void)conn.wait_disconnected(20s);
             mr.reset(); // before the connection's PD

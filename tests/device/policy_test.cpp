@@ -40,7 +40,7 @@ struct ud_pair {
         a.activate(port, opt);
         b.activate(port, opt);
     }
-    rx::connect_options opt{};
+    rx::qp_settings opt{};
     rx::context ctx;
     rx::end_port port;
     rx::protection_domain pd;
@@ -318,8 +318,8 @@ TEST_CASE("policy: no completion is lost across 100,000 event-driven wake-ups") 
 }
 
 TEST_CASE("policy: RNR retry exhaustion surfaces as IBV_WC_RNR_RETRY_EXC_ERR") {
-    rx::connect_options opt;
-    opt.rnr_retry = 0;
+    rx::qp_settings opt;
+    opt.rnr_retry_count = 0;
     opt.min_rnr_timer = std::chrono::microseconds{10};
     test::loopback<rx::rc, rx::busy_poll> lb{{}, opt};
     test::buffer src(lb.pd, 64);
@@ -405,7 +405,7 @@ TEST_CASE("policy: the extended post API on UD and UC") {
     test::buffer src(pd, 256), dst(pd, 40 + 256);
     test::fill_pattern(src.bytes_, 4);
     b.post_recv(rx::recv{dst.span()}.id(1));
-    a.post(rx::send{src.span()}.id(2).to(ah, b.qp_num(), rx::connect_options{}.qkey));
+    a.post(rx::send{src.span()}.id(2).to(ah, b.qp_num(), rx::default_qkey));
     CHECK(wait_ok(cq_a).wr_id() == 2);
     auto const wc = wait_ok(cq_b);
     auto const payload = rx::ud_payload(std::span{dst.bytes_}, wc);

@@ -108,7 +108,7 @@ TEST_CASE("peer_group: RDMA write, read and atomics through every rank's exposed
     std::size_t const bytes = 4096;
     rank_resources<rx::busy_poll> res(n, bytes);
     rx::peer_group_options opt;
-    opt.connect.remote_access = rx::access::remote_write | rx::access::remote_read | rx::access::remote_atomic;
+    opt.settings.remote_access = rx::access::remote_write | rx::access::remote_read | rx::access::remote_atomic;
     rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
     REQUIRE(group.remote(me).address() == res.inbox.mr.remote().address());
     // Every rank writes its slot at every other rank, then reads it back.

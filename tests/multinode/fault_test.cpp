@@ -96,10 +96,10 @@ cm::connection_options options(std::uint8_t retry_count, rx::ack_timeout timeout
     opt.caps.max_send_wr = ring;
     opt.caps.max_recv_wr = ring;
     opt.cq_entries = 2 * ring;
-    opt.params.retry_count = retry_count;
-    opt.params.timeout = timeout;
-    opt.params.rnr_retry_count = 7; // the peer waits for receives forever: only the wire may fail
-    opt.event_timeout = 30s;
+    opt.settings.retry_count = retry_count;
+    opt.settings.local_ack_timeout = timeout;
+    opt.settings.rnr_retry_count = 7; // the peer waits for receives forever: only the wire may fail
+    opt.deadlines.event = 30s;
     return opt;
 }
 
@@ -468,7 +468,7 @@ TEST_SUITE("multinode") {
     TEST_CASE("nobody at the address") {
         constexpr auto bound = 500ms;
         cm::connection_options opt;
-        opt.resolve_address_timeout = bound;
+        opt.deadlines.resolve_address = bound;
         auto const t0 = steady::now();
         try {
             auto c = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve("198.18.0.250", 18610), opt);
@@ -492,7 +492,7 @@ TEST_SUITE("multinode") {
         std::optional<slots> in;
         std::array<std::byte, 2 * rx::remote_span<std::byte>::wire_size> pdata{};
         auto opt = options(7, 67ms);
-        opt.params.private_data = pdata;
+        opt.settings.remote_access = rx::all_remote; // the client WRITEs and runs atomics here
         auto conn = req.accept<rx::rc, rx::event_driven>(opt, [&](conn_t& c) {
             target_mr.emplace(c.pd().register_memory(std::span{target}, rx::all_remote));
             word_mr.emplace(c.pd().register_memory(std::span{word}, rx::all_remote));
@@ -500,6 +500,7 @@ TEST_SUITE("multinode") {
             auto const b = word_mr->remote<std::uint64_t>().to_bytes();
             std::copy(a.begin(), a.end(), pdata.begin());
             std::copy(b.begin(), b.end(), pdata.begin() + static_cast<std::ptrdiff_t>(a.size()));
+            opt.private_data.assign(pdata.begin(), pdata.end()); // the accept sends it after this call
             in.emplace(c.pd(), 2);
             c.qp().post_recv(rx::recv{in->slot(0, 0)}.id(0));  // for the WRITE with immediate
             c.qp().post_recv(rx::recv{in->slot(1, 64)}.id(1)); // "done"

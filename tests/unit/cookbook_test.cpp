@@ -24,18 +24,18 @@ namespace cookbook {
 inline std::chrono::nanoseconds knobs(cm::connection_options& out) {
     rx::ack_timeout const ack = 50ms; // rounds up to 4.096 µs × 2^14 = 67.1 ms (code 14)
     cm::connection_options opt;
-    opt.params.timeout = ack;          // this side's ACK timeout, through RDMA_OPTION_ID_ACK_TIMEOUT
-    opt.params.retry_count = 3;        // both sides' transport retries
-    opt.params.rnr_retry_count = 6;    // the peer's RNR retries
-    opt.params.min_rnr_timer = 1280us; // this side's RNR back-off
-    auto const dead_peer_bound = ack.duration() * (opt.params.retry_count + 1); // about 268 ms
+    opt.settings.local_ack_timeout = ack; // this QP as a sender: wait for an ACK before retransmitting
+    opt.settings.retry_count = 3;         // this QP as a sender: retransmissions
+    opt.settings.rnr_retry_count = 6;     // this QP as a sender: retries after an RNR NAK
+    opt.settings.min_rnr_timer = 1280us;  // this QP as a receiver: the back-off its RNR NAKs ask
+    auto const dead_peer_bound = ack.duration() * (opt.settings.retry_count + 1); // about 268 ms
     out = opt;
     return dead_peer_bound;
 }
 
 // "READ depth"
-inline cm::connection_parameters read_depth() {
-    cm::connection_parameters read_heavy;
+inline rx::qp_settings read_depth() {
+    rx::qp_settings read_heavy;
     read_heavy.initiator_depth = 16;     // READs this side may have in flight
     read_heavy.responder_resources = 16; // READs from the peer this side serves at once
     return read_heavy;
@@ -59,8 +59,8 @@ template void close_under_load(cm::connection<rx::uc, rx::event_driven>&, std::s
                                 cm::listener_options{.reuse_address = true, .type_of_service = 0x68}};
 }
 
-inline rx::address_qos qos_fields(rx::connect_options& out) {
-    rx::connect_options qos;
+inline rx::address_qos qos_fields(rx::qp_settings& out) {
+    rx::qp_settings qos;
     qos.service_level = 3;    // SL, 0 … 15
     qos.traffic_class = 0xb8; // DSCP 46 (EF)
     qos.flow_label = 0x12345; // 20 bits
@@ -74,14 +74,13 @@ inline rx::address_qos qos_fields(rx::connect_options& out) {
 TEST_CASE("cookbook: the knobs' figures are what the text says") {
     cm::connection_options opt;
     auto const bound = cookbook::knobs(opt);
-    REQUIRE(opt.params.timeout.has_value());
-    CHECK(opt.params.timeout->code() == 14);
-    CHECK(opt.params.min_rnr_timer.code() == 14);
+    CHECK(opt.settings.local_ack_timeout.code() == 14);
+    CHECK(opt.settings.min_rnr_timer.code() == 14);
     CHECK(bound == 4 * rx::ack_timeout::unit * (1 << 14));
     CHECK(bound > 268ms);
     CHECK(bound < 269ms);
     CHECK(cookbook::read_depth().initiator_depth == 16);
-    rx::connect_options qos;
+    rx::qp_settings qos;
     auto const ah = cookbook::qos_fields(qos);
     CHECK(qos.flow_label == ah.flow_label);
     CHECK(qos.traffic_class == 0xb8);

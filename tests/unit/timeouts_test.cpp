@@ -92,24 +92,24 @@ TEST_CASE("ack_timeout: clamped to 31; infinite only when asked; bad input refus
     CHECK_THROWS_AS((void)rx::ack_timeout::from_code(32), rx::argument_error);
 }
 
-TEST_CASE("connect_options: production defaults, in time units") {
-    rx::connect_options const o;
+TEST_CASE("qp_settings: production defaults, in time units") {
+    rx::qp_settings const o;
     CHECK(o.remote_access == rx::access::none); // granted only as asked
-    CHECK(o.timeout.code() == 14);              // 67.1 ms
+    CHECK(o.local_ack_timeout.code() == 14);              // 67.1 ms
     CHECK(o.retry_count == 6);                  // finite on every provider: rxe retries 7 for ever
     CHECK(o.retry_count == rx::default_retry_count);
-    CHECK(o.timeout == rx::default_ack_timeout);
-    CHECK(rx::dead_peer_bound(o.timeout, o.retry_count) == 7 * rx::ack_timeout::unit * (1 << 14)); // 470 ms
+    CHECK(o.local_ack_timeout == rx::default_ack_timeout);
+    CHECK(rx::dead_peer_bound(o.local_ack_timeout, o.retry_count) == 7 * rx::ack_timeout::unit * (1 << 14)); // 470 ms
     CHECK(rx::dead_peer_bound(rx::ack_timeout::infinite(), 3) == std::chrono::nanoseconds::max());
-    CHECK(o.rnr_retry == 6); // finite
-    CHECK(o.rnr_retry != rx::rnr_retry_infinite);
+    CHECK(o.rnr_retry_count == 6); // finite
+    CHECK(o.rnr_retry_count != rx::rnr_retry_infinite);
     CHECK(o.min_rnr_timer.code() != 0); // not the 655 ms back-off
     CHECK(o.min_rnr_timer.duration() == 1280us);
-    CHECK_FALSE(o.max_rd_atomic.has_value()); // the device's limits
-    CHECK_FALSE(o.max_dest_rd_atomic.has_value());
-    rx::connect_options set;
-    set.timeout = 100ms;
+    CHECK_FALSE(o.initiator_depth.has_value()); // the device's limits
+    CHECK_FALSE(o.responder_resources.has_value());
+    rx::qp_settings set;
+    set.local_ack_timeout = 100ms;
     set.min_rnr_timer = 5ms;
-    CHECK(set.timeout.code() == 15);       // 134 ms
+    CHECK(set.local_ack_timeout.code() == 15);       // 134 ms
     CHECK(set.min_rnr_timer.code() == 18); // 5.12 ms
 }

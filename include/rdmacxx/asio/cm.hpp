@@ -91,36 +91,36 @@ template <transport Transport, completion_strategy Completion>
 ::asio::awaitable<std::optional<cm::connection<Transport, Completion>>>
 connect(cm::address destination, cm::connection_options opt, std::optional<cm::resources<Completion>> shared) {
     auto const ex = co_await ::asio::this_coro::executor;
-    cm::check_private_data(opt.params.private_data, cm::private_data_message::connect, cm::port_space_for<Transport>);
+    cm::check_private_data(opt.private_data, cm::private_data_message::connect, cm::port_space_for<Transport>);
     auto channel = std::make_unique<cm::event_channel>();
     cm::id cm_id{*channel, cm::port_space_for<Transport>};
     if (opt.type_of_service) cm_id.set_type_of_service(*opt.type_of_service);
     if (opt.reuse_address) cm_id.set_reuse_address(true);
     auto descriptor = watch(ex, *channel);
-    auto const addr_timeout = opt.timeout(cm::step::resolve_address);
+    auto const addr_timeout = opt.deadlines.of(cm::step::resolve_address);
     cm_id.resolve_address(destination, addr_timeout, opt.source ? &*opt.source : nullptr);
     (void)co_await expect(*channel, descriptor, cm::event_type::addr_resolved,
                           addr_timeout + std::chrono::milliseconds{1000},
                           "resolving the address of " + destination.to_string(), cm::step::resolve_address);
-    auto const route_timeout = opt.timeout(cm::step::resolve_route);
+    auto const route_timeout = opt.deadlines.of(cm::step::resolve_route);
     cm_id.resolve_route(route_timeout);
     (void)co_await expect(*channel, descriptor, cm::event_type::route_resolved,
                           route_timeout + std::chrono::milliseconds{1000},
                           "resolving the route to " + destination.to_string(), cm::step::resolve_route);
     cm::event_channel& ch = *channel;
     std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(cm_id),
-                                                           opt.timeout(cm::step::disconnect)};
+                                                           opt.deadlines.of(cm::step::disconnect)};
     if (shared)
         c->borrow(*shared);
     else
         c->make_own(opt.cq_entries);
     c->create_qp(opt.caps);
-    c->cm_id().connect(opt.params);
-    constexpr bool uc = Transport::qp_type == IBV_QPT_UC;
-    cm::event e = co_await expect(ch, descriptor, uc ? cm::event_type::connect_response : cm::event_type::established,
-                                  opt.timeout(cm::step::connect), "connecting to " + c->peer_name(), cm::step::connect);
-    if constexpr (uc) c->cm_id().establish();
-    c->cm_id().set_min_rnr_timer(opt.params.min_rnr_timer);
+    c->cm_id().connect(opt.settings, opt.private_data);
+    cm::event e = co_await expect(ch, descriptor,
+                                  Transport::connected ? cm::event_type::connect_response : cm::event_type::established,
+                                  opt.deadlines.of(cm::step::connect), "connecting to " + c->peer_name(),
+                                  cm::step::connect);
+    if constexpr (Transport::connected) c->cm_id().establish(opt.settings);
     c->set_peer(e.private_data_copy(), e.conn());
     if constexpr (!Transport::connected) c->set_peer_ud(e.ud());
     descriptor.close(); // before the monitor thread takes the channel's events
@@ -133,7 +133,7 @@ template <transport Transport, completion_strategy Completion, class BeforeAccep
 accept(cm::listener<Transport>& listener, cm::connection_options opt, std::optional<cm::resources<Completion>> shared,
        BeforeAccept before_accept) {
     auto const ex = co_await ::asio::this_coro::executor;
-    cm::check_private_data(opt.params.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
+    cm::check_private_data(opt.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
     std::optional<cm::connect_request> req;
     {
         auto listening = watch(ex, listener.channel());
@@ -146,7 +146,7 @@ accept(cm::listener<Transport>& listener, cm::connection_options opt, std::optio
     cm::event_channel& ch = *channel;
     std::vector<std::byte> const peer_data{req->private_data().begin(), req->private_data().end()};
     std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(req->cm_id()),
-                                                           opt.timeout(cm::step::disconnect)};
+                                                           opt.deadlines.of(cm::step::disconnect)};
     c->set_peer(peer_data, req->parameters());
     if (shared)
         c->borrow(*shared);
@@ -155,9 +155,9 @@ accept(cm::listener<Transport>& listener, cm::connection_options opt, std::optio
     c->create_qp(opt.caps);
     before_accept(*c);
     auto descriptor = watch(ex, ch);
-    c->cm_id().accept(opt.params);
+    c->cm_id().accept(opt.settings, opt.private_data);
     if constexpr (Transport::connected)
-        (void)co_await expect(ch, descriptor, cm::event_type::established, opt.timeout(cm::step::accept),
+        (void)co_await expect(ch, descriptor, cm::event_type::established, opt.deadlines.of(cm::step::accept),
                               "accepting " + c->peer_name(), cm::step::accept);
     descriptor.close();
     c->established();
@@ -190,8 +190,9 @@ template <transport Transport, completion_strategy Completion, post_policy Post>
 
 /// Connects to `destination` as `cm::connect<Transport, Completion>(destination, opt)` does —
 /// resolves the address and the route, makes a self-contained connection (PD, CQ, QP, its own
-/// event channel and monitor), connects with `opt.params` and waits for `established` — with
-/// every wait an Asio wait on the CM event channel's descriptor, bounded by its step's timeout.
+/// event channel and monitor), connects with `opt.settings` and `opt.private_data` and waits
+/// for the connection — with every wait an Asio wait on the CM event channel's descriptor,
+/// bounded by its step's deadline (`opt.deadlines`).
 /// Completes with `(std::exception_ptr, std::optional<cm::connection<Transport, Completion>>)`:
 /// the connection (engaged), or the error `cm::connect` would have thrown (`timeout_error`
 /// naming the step, `rejected_error`, `address_error`, …) and nothing; `co_await` with
@@ -245,7 +246,7 @@ auto async_accept(::asio::any_io_executor ex, cm::listener<Transport>& listener,
 /// `IBV_WC_WR_FLUSH_ERR`) and, for a connection with its own channel, waits without blocking
 /// the executor until the CM reports `disconnected` (looked at every millisecond: the
 /// connection's monitor thread owns the channel), at most `timeout` — pass
-/// `opt.timeout(cm::step::disconnect)`. Completes with `(std::exception_ptr)`: `timeout_error`
+/// `opt.deadlines.of(cm::step::disconnect)`. Completes with `(std::exception_ptr)`: `timeout_error`
 /// naming `step::disconnect` when `disconnected` did not come in time (we are disconnected all
 /// the same), `sys_error` when rdma_disconnect(3) failed. Does nothing when not established.
 /// `c` must outlive the operation.

@@ -134,7 +134,7 @@ public:
     template <class Completion>
     void add(completion_queue<Completion>& cq, cq_mode mode = cq_mode::routed) {
         static_assert(Completion::uses_channel, "the dispatcher serves CQs with a completion channel (event_driven)");
-        if (cq.channel() != channel_->native_handle()) [[unlikely]]
+        if (!cq.delivers_to(*channel_)) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ added to a completion dispatcher delivers its events to another "
                                             "completion channel");
         if (find(cq.native_handle()) != nullptr) [[unlikely]]

@@ -31,10 +31,11 @@ inline namespace v0 {
 /// How a `peer_group` builds its QPs.
 struct peer_group_options {
     qp_capabilities caps{}; ///< queue sizes of every RC QP (and of the UD QP)
-    /// RC connection attributes, and the Q_Key of the UD QP. Remote access is granted only as
-    /// asked: set `connect.remote_access` (e.g. `access::remote_write`) for peers to write,
+    /// The attributes of every RC QP, and the Q_Key of the UD QP (qp_settings.hpp: the same
+    /// type and defaults as `queue_pair::connect` and the CM's). Remote access is granted only
+    /// as asked: set `settings.remote_access` (e.g. `access::remote_write`) for peers to write,
     /// read or run atomics on the spans the ranks expose.
-    connect_options connect{};
+    qp_settings settings{};
     bool with_ud = false; ///< also one UD QP per rank and an address handle per peer
 };
 
@@ -105,7 +106,7 @@ public:
             if (r != static_cast<std::size_t>(rank_)) qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
         if (opt.with_ud) {
             ud_qp_.emplace(pd, send_cq, recv_cq, opt.caps);
-            ud_qp_->activate(port, opt.connect);
+            ud_qp_->activate(port, opt.settings);
         }
 
         // This rank's blob: header, the endpoint of its QP for each rank (zeros for itself), the
@@ -142,16 +143,19 @@ public:
             if (r == static_cast<std::size_t>(rank_)) continue;
             endpoint const mine_at_theirs = endpoint::from_bytes(
                 std::span<std::byte const>{slots + static_cast<std::size_t>(rank_) * endpoint_bytes, endpoint_bytes});
-            qps_[r]->connect(port, mine_at_theirs, opt.connect);
+            qps_[r]->connect(port, mine_at_theirs, opt.settings);
             if (ud_qp_) {
                 endpoint const ud_remote = endpoint::from_bytes(
                     std::span<std::byte const>{slots + n * endpoint_bytes + span_bytes, endpoint_bytes});
                 ud_remotes_[r] = ud_remote.qpn;
-                ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid, opt.connect.service_level,
-                                opt.connect.hop_limit);
+                ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid,
+                                address_qos{.service_level = opt.settings.service_level.value_or(0),
+                                            .hop_limit = opt.settings.hop_limit.value_or(64),
+                                            .traffic_class = opt.settings.traffic_class.value_or(0),
+                                            .flow_label = opt.settings.flow_label.value_or(0)});
             }
         }
-        qkey_ = opt.connect.qkey;
+        qkey_ = opt.settings.qkey;
     }
 
     peer_group(peer_group const&) = delete;

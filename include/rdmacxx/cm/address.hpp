@@ -67,7 +67,7 @@ public:
     /// An AF_IB address (`sockaddr_ib`): port GID `g`, P_Key `pkey`, and `port` (host order) in
     /// the RDMA CM's TCP service-ID range (service ID 0x10600 + port), as rdma_cm(7) describes.
     /// AF_IB needs an InfiniBand port: on RoCE (e.g. rxe) `cm::id::bind` and `resolve_address`
-    /// refuse it with `unsupported_error`.
+    /// refuse it with `not_supported_error`.
     [[nodiscard]] static address ib(gid const& g, std::uint16_t port, std::uint16_t pkey = 0xffff) noexcept {
         address a;
         auto& sib = a.as<sockaddr_ib>();

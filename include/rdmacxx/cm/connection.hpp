@@ -35,48 +35,62 @@ namespace rdmacxx {
 inline namespace v0 {
 namespace cm {
 
-/// Settings of the flows: queue sizes, connection parameters and the timeout of every CM step.
-/// Each step's timeout is its own field when set, else the general one (`resolve_timeout` for
-/// the two resolutions, `event_timeout` for connect, accept and disconnect); a step that runs
-/// out throws `timeout_error` whose `step()` names it.
-struct connection_options {
-    qp_capabilities caps{};                                             ///< the queue pair's queues (made by the flow)
-    int cq_entries = 256;                                               ///< entries of the connection's own CQ
-    connection_parameters params{};                                     ///< private data and RC settings sent
-    std::chrono::milliseconds resolve_timeout{2000};                    ///< address and route resolution, each
-    std::chrono::milliseconds event_timeout{10000};                     ///< any other awaited event
-    std::optional<std::chrono::milliseconds> resolve_address_timeout{}; ///< rdma_resolve_addr(3); else resolve_timeout
-    std::optional<std::chrono::milliseconds> resolve_route_timeout{};   ///< rdma_resolve_route(3); else resolve_timeout
-    std::optional<std::chrono::milliseconds> connect_timeout{};    ///< connect until established; else event_timeout
-    std::optional<std::chrono::milliseconds> accept_timeout{};     ///< accept until established; else event_timeout
-    std::optional<std::chrono::milliseconds> disconnect_timeout{}; ///< `disconnect()`'s wait; else event_timeout
-    std::optional<address> source{};                               ///< local address to connect from
-    /// Type of service (RFC 2474 DSCP << 2 | ECN) of the connection: on RoCE the QP's GRH traffic
-    /// class. Set on the id before the route is resolved (`id::set_type_of_service`); empty:
-    /// the kernel's default, 0.
-    std::optional<std::uint8_t> type_of_service{};
-    /// Share `source`'s port with other ids that ask for it too (`id::set_reuse_address`).
-    bool reuse_address = false;
+/// How long each step of the CM's flows may take before it throws `timeout_error` naming the
+/// step (`step()`): each step's own field when set, else the general one (`resolve` for the two
+/// resolutions, `event` for connect, accept and disconnect). Durations in milliseconds. Not
+/// to be confused with the QP's `qp_settings::local_ack_timeout`, which governs retransmission.
+struct deadlines {
+    std::chrono::milliseconds resolve{2000};                            ///< address and route resolution, each
+    std::chrono::milliseconds event{10000};                             ///< any other awaited event
+    std::optional<std::chrono::milliseconds> resolve_address{};         ///< rdma_resolve_addr(3); else `resolve`
+    std::optional<std::chrono::milliseconds> resolve_route{};           ///< rdma_resolve_route(3); else `resolve`
+    std::optional<std::chrono::milliseconds> connect{};                 ///< connect until established; else `event`
+    std::optional<std::chrono::milliseconds> accept{};                  ///< accept until established; else `event`
+    std::optional<std::chrono::milliseconds> disconnect{};              ///< `disconnect()`'s wait; else `event`
 
-    /// The timeout of step `s` (its own field, else the general one).
-    [[nodiscard]] std::chrono::milliseconds timeout(step s) const noexcept {
+    /// The time step `s` may take (its own field, else the general one).
+    [[nodiscard]] std::chrono::milliseconds of(step s) const noexcept {
         switch (s) {
         case step::resolve_address:
-            return resolve_address_timeout.value_or(resolve_timeout);
+            return resolve_address.value_or(resolve);
         case step::resolve_route:
-            return resolve_route_timeout.value_or(resolve_timeout);
+            return resolve_route.value_or(resolve);
         case step::connect:
-            return connect_timeout.value_or(event_timeout);
+            return connect.value_or(event);
         case step::accept:
-            return accept_timeout.value_or(event_timeout);
+            return accept.value_or(event);
         case step::disconnect:
-            return disconnect_timeout.value_or(event_timeout);
+            return disconnect.value_or(event);
         case step::join:
         case step::other:
             break;
         }
-        return event_timeout;
+        return event;
     }
+};
+
+/// What the CM's flows (`cm::connect`, `connect_request::accept`, the multicast group, the Asio
+/// flows) make a connection with: the QP's queues and settings, the private data sent, the
+/// deadline of every step, and the id's own options.
+struct connection_options {
+    qp_capabilities caps{}; ///< the queue pair's queues (made by the flow)
+    int cq_entries = 256;   ///< entries of the connection's own CQ
+    /// The QP's attributes (qp_settings.hpp: the same type, names and defaults as
+    /// `queue_pair::connect`'s and the peer group's). Remote access is granted only as asked.
+    qp_settings settings{};
+    /// Sent to the peer with the connect request (active side) or the accept (passive side), at
+    /// most `max_private_data` bytes (56 in a connect request and 196 in an accept on the TCP
+    /// port space; 180 and 136 on UDP); `cm::to_private_data` encodes values. Copied: the
+    /// options own it.
+    std::vector<std::byte> private_data{};
+    cm::deadlines deadlines{}; ///< how long each step may take
+    std::optional<address> source{}; ///< local address to connect from
+    /// Type of service (RFC 2474 DSCP << 2 | ECN) of the connection: on RoCE the QP's GRH traffic
+    /// class unless `settings.traffic_class` is set. Set on the id before the route is resolved
+    /// (`id::set_type_of_service`); empty: the kernel's default, 0.
+    std::optional<std::uint8_t> type_of_service{};
+    /// Share `source`'s port with other ids that ask for it too (`id::set_reuse_address`).
+    bool reuse_address = false;
 };
 
 namespace detail {
@@ -270,7 +284,7 @@ public:
             throw timeout_error(step::disconnect, "no disconnected event within " + std::to_string(timeout.count()) +
                                                       " ms while disconnecting from " + peer_name());
     }
-    /// As `disconnect(timeout)` with the options' disconnect timeout.
+    /// As `disconnect(timeout)` with the options' disconnect deadline (`deadlines::of(step::disconnect)`).
     /// @throws as `disconnect(timeout)`.
     void disconnect() requires(Transport::connected) { disconnect(disconnect_timeout_); }
 
@@ -401,20 +415,20 @@ namespace detail {
 /// `destination` resolved, each within its step's timeout.
 template <transport Transport, completion_strategy Completion, post_policy Post>
 connection<Transport, Completion, Post> resolve(address const& destination, connection_options const& opt) {
-    check_private_data(opt.params.private_data, private_data_message::connect, port_space_for<Transport>);
+    check_private_data(opt.private_data, private_data_message::connect, port_space_for<Transport>);
     auto channel = std::make_unique<event_channel>();
     cm::id cm_id{*channel, port_space_for<Transport>};
     if (opt.type_of_service) cm_id.set_type_of_service(*opt.type_of_service);
     if (opt.reuse_address) cm_id.set_reuse_address(true);
-    auto const addr_timeout = opt.timeout(step::resolve_address);
+    auto const addr_timeout = opt.deadlines.of(step::resolve_address);
     cm_id.resolve_address(destination, addr_timeout, opt.source ? &*opt.source : nullptr);
     (void)expect(*channel, event_type::addr_resolved, addr_timeout + std::chrono::milliseconds{1000},
                  "resolving the address of " + destination.to_string(), step::resolve_address);
-    auto const route_timeout = opt.timeout(step::resolve_route);
+    auto const route_timeout = opt.deadlines.of(step::resolve_route);
     cm_id.resolve_route(route_timeout);
     (void)expect(*channel, event_type::route_resolved, route_timeout + std::chrono::milliseconds{1000},
                  "resolving the route to " + destination.to_string(), step::resolve_route);
-    return {std::move(channel), std::move(cm_id), opt.timeout(step::disconnect)};
+    return {std::move(channel), std::move(cm_id), opt.deadlines.of(step::disconnect)};
 }
 
 /// A caller's QP whose connection failed: to ERR, so that whatever was posted completes
@@ -427,16 +441,15 @@ void fail_qp(QueuePair& qp) noexcept {
     }
 }
 
-/// Active side, second half, for a QP made on the id: connects and waits for `established`.
+/// Active side, second half, for a QP made by the flow: connects and waits for
+/// `connect_response` (RC, UC: then moves the QP to RTS and sends the RTU, `establish`) or
+/// `established` (UD).
 template <transport Transport, completion_strategy Completion>
 void finish_connect(connection<Transport, Completion>& c, connection_options const& opt) {
-    c.cm_id().connect(opt.params);
-    // UC: librdmacm reports connect_response (its QP is not on the id) and `establish` finishes.
-    constexpr bool uc = Transport::qp_type == IBV_QPT_UC;
-    event e = expect(*c.channel(), uc ? event_type::connect_response : event_type::established,
-                     opt.timeout(step::connect), "connecting to " + c.peer_name(), step::connect);
-    if constexpr (uc) c.cm_id().establish();
-    c.cm_id().set_min_rnr_timer(opt.params.min_rnr_timer); // the CM's RTR set 655 ms; the QP is in RTS now
+    c.cm_id().connect(opt.settings, opt.private_data);
+    event e = expect(*c.channel(), Transport::connected ? event_type::connect_response : event_type::established,
+                     opt.deadlines.of(step::connect), "connecting to " + c.peer_name(), step::connect);
+    if constexpr (Transport::connected) c.cm_id().establish(opt.settings);
     c.set_peer(e.private_data_copy(), e.conn());
     if constexpr (!Transport::connected) c.set_peer_ud(e.ud());
     c.established();
@@ -446,8 +459,8 @@ void finish_connect(connection<Transport, Completion>& c, connection_options con
 /// Active side: connects to `destination` and returns an established, self-contained connection
 /// of transport `Transport` (RC or UC over the TCP port space, UD over the UDP port space) with
 /// its own event channel: resolves the address and the route (each within its step's timeout),
-/// makes the PD, CQ and QP on the resolved device, connects with `opt.params` (private data
-/// included) and waits up to the connect timeout for `established`.
+/// makes the PD, CQ and QP on the resolved device, connects with `opt.settings` and
+/// `opt.private_data`, and waits up to the connect deadline for the connection.
 /// @throws address_error, route_not_found_error, route_error while resolving; rejected_error
 ///         (with the reject reason and the peer's private data: no listener is reason 8 on
 ///         RoCE), unreachable_error, connect_error while connecting; timeout_error naming the
@@ -481,10 +494,9 @@ template <transport Transport, completion_strategy Completion>
 
 /// Active side for a QP you created (RC or UC, any post policy, `checked` or not, in RESET, in
 /// a PD on the device the CM resolves `destination` to): resolves, moves the QP to INIT with
-/// the CM's attributes (rdma_init_qp_attr(3) + ibv_modify_qp(3)), connects naming its QPN, and
-/// on the connect response moves it to RTR and RTS the same way (with `opt.params`'
-/// `responder_resources` and `initiator_depth` when not 255, and its `min_rnr_timer`) and sends
-/// the RTU (rdma_establish(3)). If a transition fails the request is rejected; whatever fails,
+/// the CM's attributes under `opt.settings` (`id::modify_qp`), connects naming its QPN, and on
+/// the connect response moves it to RTR and RTS the same way and sends the RTU
+/// (rdma_establish(3)). If a transition fails the request is rejected; whatever fails,
 /// the QP is in ERR when the error leaves (what was posted completes flushed; `reset()` it to
 /// connect again). The connection borrows the QP (it must outlive
 /// the connection) and owns only the id.
@@ -499,15 +511,14 @@ connect(address const& destination, queue_pair<Transport, Completion, Post>& qp,
     c.adopt(qp);
     auto& cm_id = c.cm_id();
     try {
-        cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
-        cm_id.connect(opt.params, qp.qp_num(), false);
+        cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT, opt.settings);
+        cm_id.connect(opt.settings, opt.private_data, qp.qp_num(), false);
         event e =
-            detail::expect(*c.channel(), event_type::connect_response, opt.timeout(step::connect),
+            detail::expect(*c.channel(), event_type::connect_response, opt.deadlines.of(step::connect),
                            "connecting QP " + std::to_string(qp.qp_num()) + " to " + c.peer_name(), step::connect);
         try {
-            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
-            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.params.initiator_depth);
-            id::set_min_rnr_timer(opt.params.min_rnr_timer, qp.native_handle());
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.settings);
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.settings);
         } catch (...) {
             (void)::rdma_reject(cm_id.native_handle(), nullptr, 0);
             throw;

@@ -247,17 +247,6 @@ private:
     cm::step step_ = cm::step::other;
 };
 
-/// The device or the kernel does not support what was asked of an id: an option
-/// (rdma_set_option(3)) or an address family (AF_IB on a host whose RDMA ports are all RoCE).
-/// The message names the option or family and the devices. Its code is the errno of the
-/// refusal (ENODEV, ENOSYS, EAFNOSUPPORT, …).
-class unsupported_error : public cm_error {
-public:
-    /// @param err      the errno of the refusal
-    /// @param message  what was refused, naming the option or family and the device
-    unsupported_error(int err, std::string message) : cm_error(std::nullopt, -err, std::move(message)) {}
-};
-
 /// The device of an id went away (`device_removal`).
 class device_removed_error : public cm_error {
 public:

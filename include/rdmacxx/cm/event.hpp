@@ -49,7 +49,7 @@ struct ud_data {
     std::uint32_t qkey = 0;   ///< the Q_Key to send with
 };
 
-/// One RDMA CM event, taken from an `event_channel`. Move-only. The event is acknowledged
+/// One RDMA CM event, taken from an `event_channel`. A value (copyable). The event is acknowledged
 /// (rdma_ack_cm_event(3)) the moment it is taken: this object keeps its own copy of everything
 /// the event carried (type, status, ids, connection or UD data, private data), so it stays valid
 /// for as long as it lives and never holds up its id. Destroying the id it names (or a
@@ -67,8 +67,7 @@ class event {
 public:
     /// Copies `e` and acknowledges it (rdma_ack_cm_event(3)) at once: `e` is invalid afterwards.
     explicit event(rdma_cm_event* e) noexcept
-        : copy_(*e), datagram_(e->id != nullptr && (e->id->ps == RDMA_PS_UDP || e->id->ps == RDMA_PS_IPOIB)),
-          full_(true) {
+        : copy_(*e), datagram_(e->id != nullptr && (e->id->ps == RDMA_PS_UDP || e->id->ps == RDMA_PS_IPOIB)) {
         void const* const p = is_datagram() ? e->param.ud.private_data : e->param.conn.private_data;
         std::uint8_t const n = is_datagram() ? e->param.ud.private_data_len : e->param.conn.private_data_len;
         private_data_len_ = p == nullptr ? 0 : n;
@@ -77,26 +76,24 @@ public:
         point_at_own_copy();
     }
 
-    /// Moves the copy; `other` is empty afterwards.
-    event(event&& other) noexcept
+    /// Copies `other` (an event is a value: it holds no resource), pointing the private data at
+    /// this object's own copy.
+    event(event const& other) noexcept
         : copy_(other.copy_), private_data_(other.private_data_), private_data_len_(other.private_data_len_),
-          datagram_(other.datagram_), full_(std::exchange(other.full_, false)) {
+          datagram_(other.datagram_) {
         point_at_own_copy();
     }
-    /// Moves the copy; `other` is empty afterwards.
-    event& operator=(event&& other) noexcept {
+    /// As the copy constructor.
+    event& operator=(event const& other) noexcept {
         if (this != &other) {
             copy_ = other.copy_;
             private_data_ = other.private_data_;
             private_data_len_ = other.private_data_len_;
             datagram_ = other.datagram_;
-            full_ = std::exchange(other.full_, false);
             point_at_own_copy();
         }
         return *this;
     }
-    event(event const&) = delete;
-    event& operator=(event const&) = delete;
     ~event() = default;
 
     /// The event's type.
@@ -153,14 +150,10 @@ public:
         return s;
     }
 
-    /// Empties the object (the event itself was acknowledged when it was taken).
-    void ack() noexcept { full_ = false; }
-    /// True until `ack()` or a move from it.
-    [[nodiscard]] explicit operator bool() const noexcept { return full_; }
-    /// The copy of the librdmacm event, with its private-data pointer aimed at this object's
-    /// copy; valid as long as this object. Already acknowledged: never pass it to
-    /// rdma_ack_cm_event(3).
-    [[nodiscard]] rdma_cm_event const* native_handle() const noexcept { return &copy_; }
+    /// The librdmacm event as it came (a copy: the event itself was acknowledged when it was
+    /// taken, so never pass it to rdma_ack_cm_event(3)), its private-data pointer aimed at this
+    /// object's copy; valid as long as this object.
+    [[nodiscard]] rdma_cm_event const& native() const noexcept { return copy_; }
 
 private:
     void point_at_own_copy() noexcept {
@@ -178,7 +171,6 @@ private:
     std::array<std::byte, 255> private_data_{};
     std::uint8_t private_data_len_ = 0;
     bool datagram_ = false;
-    bool full_ = false;
 };
 
 /// An RDMA CM event channel (`rdma_event_channel`): the file descriptor the events of its ids

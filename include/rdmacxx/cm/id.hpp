@@ -29,6 +29,8 @@ namespace rdmacxx {
 inline namespace v0 {
 namespace cm {
 
+static_assert(rdmacxx::default_qkey == RDMA_UDP_QKEY, "qp_settings' default Q_Key is the CM's UDP port space's");
+
 /// The port space of an id: which services it speaks and which events carry which data.
 enum class port_space : int {
     tcp = RDMA_PS_TCP,     ///< reliable connected (RC) service: conn event data
@@ -75,47 +77,6 @@ inline void check_private_data(std::span<std::byte const> data, private_data_mes
                                         std::to_string(limit) + " bytes; nothing was sent");
     }
 }
-
-/// Parameters of `connect` and `accept`: private data and the RC transport's settings, each
-/// saying which side it governs. The defaults, as `connect_options`' (qp_options.hpp): a peer
-/// that died silently is detected on every provider (ACK timeout 67.1 ms, 6 retries: the
-/// sender's request completes with IBV_WC_RETRY_EXC_ERR after about 470 ms, `dead_peer_bound`),
-/// as many READs and atomics in flight as both devices allow (not 1), finite RNR retries and a
-/// 1.28 ms RNR back-off (not the CM's 655 ms).
-/// @see rdma_connect(3), rdma_accept(3), rdma_set_option(3)
-struct connection_parameters {
-    std::span<std::byte const> private_data{}; ///< sent to the peer, at most `max_private_data`
-    /// This side as a **target** (RC): RDMA READs and atomics from the peer it accepts
-    /// outstanding (`max_dest_rd_atomic`); RDMA_MAX_RESP_RES (255, the default) asks librdmacm
-    /// for the device's `max_qp_rd_atom` (on accept, no more than the peer's initiator depth).
-    std::uint8_t responder_resources = RDMA_MAX_RESP_RES;
-    /// This side as an **initiator** (RC): RDMA READs and atomics it may have outstanding
-    /// (`max_rd_atomic`); RDMA_MAX_INIT_DEPTH (255, the default) asks librdmacm for the device's
-    /// `max_qp_init_rd_atom` (on accept, no more than the peer's responder resources).
-    std::uint8_t initiator_depth = RDMA_MAX_INIT_DEPTH;
-    std::uint8_t flow_control = 1; ///< hardware flow control offered
-    /// **Both** sides as senders (RC): retransmissions after an ACK timeout (0 … 7). Sent in the
-    /// connect request, which fixes it for both QPs; `accept` ignores it. Default 6
-    /// (`default_retry_count`): 7 never runs out on rxe (see `max_retry_count`).
-    std::uint8_t retry_count = default_retry_count;
-    /// The **peer** as a sender (RC): how often the peer retries after an RNR NAK from this side
-    /// (0 … 6; 7 = forever). The CM carries it across: what `connect` sets governs the passive
-    /// side's sends, what `accept` sets the active side's. Default 6: a peer whose receiver never
-    /// posts fails with IBV_WC_RNR_RETRY_EXC_ERR instead of hanging.
-    std::uint8_t rnr_retry_count = 6;
-    /// This side as a **sender** (RC, UC): its local ACK timeout, set with rdma_set_option(3)
-    /// (RDMA_OPTION_ID_ACK_TIMEOUT) before connecting or accepting. Default
-    /// `default_ack_timeout`, 67.1 ms (code 14), as on the verbs path; empty: the CM's own (from
-    /// the path record's packet lifetime: code 19, 2.1 s per try, on rxe with Linux 6.1, so 15 s
-    /// before a dead peer is noticed with 6 retries). Not set on the UDP port space (UD has no
-    /// ACKs; the kernel refuses the option there).
-    std::optional<rdmacxx::ack_timeout> timeout = default_ack_timeout;
-    /// This side as a **receiver** (RC): the back-off its RNR NAKs ask of the peer (see
-    /// `rdmacxx::rnr_timer`). The CM itself always sets code 0, 655.36 ms; the connection flows
-    /// (`cm::connect`, `connect_request::accept`) set this once the QP is in RTS, with
-    /// `id::set_min_rnr_timer`.
-    rdmacxx::rnr_timer min_rnr_timer = std::chrono::microseconds{1280};
-};
 
 /// The `rdmacxx::context` wrapping a verbs context that librdmacm opened (`id->verbs`), so that
 /// protection domains, CQs and memory can be made on it. librdmacm keeps its device contexts
@@ -177,7 +138,7 @@ public:
 
     /// Binds to a local `addr` (port 0 picks a free one); a specific IP address also binds the
     /// id to that address's RDMA device.
-    /// @throws unsupported_error for an AF_IB address on a host with no InfiniBand port (RoCE
+    /// @throws not_supported_error for an AF_IB address on a host with no InfiniBand port (RoCE
     ///         only), before rdma_bind_addr(3) is called; address_error when the address is not
     ///         usable (EADDRINUSE, EADDRNOTAVAIL, ENODEV); sys_error when rdma_bind_addr(3) fails
     ///         otherwise.
@@ -199,7 +160,7 @@ public:
 
     /// Starts resolving `destination` to a local RDMA device (event `addr_resolved` or
     /// `addr_error`), from `source` when given. `timeout` bounds the resolution (milliseconds).
-    /// @throws unsupported_error for an AF_IB address on a host with no InfiniBand port, before
+    /// @throws not_supported_error for an AF_IB address on a host with no InfiniBand port, before
     ///         the call; route_not_found_error (ENETUNREACH, EHOSTUNREACH), address_error when the
     ///         call fails at once; sys_error otherwise.
     /// @see rdma_resolve_addr(3)
@@ -223,18 +184,17 @@ public:
             rdmacxx::detail::throw_cm_call(rc, "rdma_resolve_route", "to " + peer_address().to_string(), true);
     }
 
-    /// Creates a queue pair of transport `Transport` on this id, in `pd` (which must be on this
-    /// id's device: `verbs_context(native_handle()->verbs)`), with completions on `send_cq` and
-    /// `recv_cq`. The CM moves it through its states: RC to INIT now and to RTS when connected;
-    /// UD straight to RTS with Q_Key RDMA_UDP_QKEY. UC is made with ibv_create_qp(3) and moved
-    /// to INIT here, to RTR and RTS by `accept` (passive) or `establish` (active, after
-    /// `connect_response`) with the CM's attributes less RC's (the TCP port space's kernel
-    /// attributes are RC's, which ibv_modify_qp(3) refuses on UC); it joins the id
-    /// (`native_handle()->qp`) once connected. The queue pair must be destroyed through
-    /// `destroy_qp` before this id.
+    /// Creates a queue pair of transport `Transport` for this id, in `pd` (which must be on this
+    /// id's device: `context()`), with completions on `send_cq` and `recv_cq`. RC and UC are made
+    /// with ibv_create_qp(3) and moved to INIT with the CM's attributes now (post receives from
+    /// then on); `connect` + `establish` (active side) or `accept` (passive side) move them to
+    /// RTR and RTS with the CM's attributes under the connection's `qp_settings`, and they join
+    /// the id (`native_handle()->qp`) once connected, so that `disconnect` moves them to ERR. UD
+    /// is made with rdma_create_qp(3), which moves it to RTS with Q_Key RDMA_UDP_QKEY. The queue
+    /// pair must be destroyed through `destroy_qp` before this id.
     /// @throws sys_error when rdma_create_qp(3), ibv_create_qp(3), rdma_init_qp_attr(3) or
     ///         ibv_modify_qp(3) fails.
-    /// @see rdma_create_qp(3)
+    /// @see rdma_create_qp(3), ibv_create_qp(3)
     template <transport Transport, completion_strategy Completion>
     [[nodiscard]] queue_pair<Transport, Completion>
     create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
@@ -244,7 +204,7 @@ public:
 
     /// As `create_qp` above, the QP taking its receive buffers from `srq` when not null (its own
     /// receive queue then has no entries: post receives to the SRQ).
-    /// @throws sys_error when rdma_create_qp(3) fails.
+    /// @throws as `create_qp` above.
     template <transport Transport, completion_strategy Completion>
     [[nodiscard]] queue_pair<Transport, Completion>
     create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
@@ -260,22 +220,26 @@ public:
         init.cap.max_inline_data = caps.max_inline_data;
         init.qp_type = Transport::qp_type;
         ibv_qp* made = nullptr;
-        if constexpr (Transport::qp_type == IBV_QPT_UC) {
+        if constexpr (Transport::connected) {
             // Not rdma_create_qp: librdmacm would move an id's QP to RTR and RTS itself with the
-            // kernel's attributes for the port space, which are RC's on the TCP port space, and
-            // ibv_modify_qp refuses RC-only attributes on a UC QP. The QP stays off the id
-            // (`native_handle()->qp` null) until connected; `connect`/`establish`/`accept` move
-            // it with the CM's attributes, stripped to UC's.
+            // kernel's attributes alone (RC's on the TCP port space, which ibv_modify_qp refuses
+            // on UC), leaving no place for the connection's settings.
             made = ::ibv_create_qp(pd.native_handle(), &init);
             if (made == nullptr) [[unlikely]]
-                rdmacxx::detail::throw_errno("ibv_create_qp", "for a UC QP on a CM id");
+                rdmacxx::detail::throw_errno("ibv_create_qp",
+                                             [] { return std::string{"for a "} + Transport::name + " QP on a CM id"; });
             try {
-                modify_qp(made, IBV_QPS_INIT);
+                ibv_qp_attr attr{};
+                attr.qp_state = IBV_QPS_INIT;
+                int mask = 0;
+                init_attributes(attr, mask);
+                attr.qp_access_flags = 0; // granted when connected, as the settings ask
+                modify(made, attr, mask | IBV_QP_ACCESS_FLAGS);
             } catch (...) {
                 (void)::ibv_destroy_qp(made);
                 throw;
             }
-            uc_.qp = made;
+            pending_.qp = made;
         } else {
             if (int rc = ::rdma_create_qp(handle_.get(), pd.native_handle(), &init); rc != 0) [[unlikely]]
                 rdmacxx::detail::throw_cm_call(rc, "rdma_create_qp", std::string{"for a "} + Transport::name + " QP");
@@ -297,7 +261,7 @@ public:
                                                      recv_cq};
         } catch (...) { // the ledger of a checked QP could not be made, and the QP is gone with it
             handle_->qp = nullptr;
-            uc_.qp = nullptr;
+            pending_.qp = nullptr;
             throw;
         }
     }
@@ -306,153 +270,114 @@ public:
     template <transport Transport, completion_strategy Completion>
     void destroy_qp(queue_pair<Transport, Completion>& qp) noexcept {
         if (handle_ && handle_->qp == qp.native_handle()) handle_->qp = nullptr;
-        if (uc_.qp == qp.native_handle()) uc_.qp = nullptr;
+        if (pending_.qp == qp.native_handle()) pending_.qp = nullptr;
         qp = queue_pair<Transport, Completion>{adopt_qp, qp.pd(), nullptr, {}};
     }
 
-    /// Starts connecting (RC: a connection; UD: a service lookup) with `params` (event
-    /// `established`, or `rejected`, `unreachable`, `connect_error`; `connect_response` when no
-    /// QP was created on the id, or it is UC: then call `establish`). Sets `params.timeout` first when given. The CM
-    /// leaves an RC QP's minimum RNR timer at 655 ms: once `established` came, call `set_min_rnr_timer` with
-    /// `params.min_rnr_timer` (`cm::connect` does).
-    /// @throws argument_error for private data over the limit or a retry count over 7 (nothing
-    ///         sent); unsupported_error when rdma_set_option(3) refuses the ACK timeout; sys_error when
-    ///         rdma_connect(3) fails.
+    /// Starts connecting with `settings` and `private_data` (RC, UC: a connection; UD: a
+    /// service lookup). A QP from `create_qp` (RC, UC) is named in the request; the CM then
+    /// reports `connect_response`, and `establish(settings)` finishes. UD: `established` (or
+    /// `rejected`, `unreachable`, `connect_error`) comes by itself.
+    /// @throws argument_error for private data over the limit or `settings` refused by
+    ///         `detail::validate` (nothing sent); sys_error when rdma_connect(3) fails.
     /// @see rdma_connect(3)
-    void connect(connection_parameters const& params = {}) {
-        rdma_conn_param p = prepare(params, private_data_message::connect);
-        if (uc_.qp != nullptr) p.qp_num = uc_.qp->qp_num; // the QP is not on the id (see create_qp)
+    void connect(qp_settings const& settings = {}, std::span<std::byte const> private_data = {}) {
+        rdma_conn_param p = prepare(settings, private_data, private_data_message::connect);
+        if (pending_.qp != nullptr) p.qp_num = pending_.qp->qp_num;
         send_connect(p);
     }
 
     /// Starts connecting a QP that was not made on this id (`qp_num`, taking its receives from an
-    /// SRQ when `srq`): the active side then gets `connect_response` instead of `established`,
-    /// moves its QP to RTR and RTS itself (`modify_qp`) and calls `establish`. Otherwise as
-    /// `connect(params)`.
-    /// @throws as `connect(params)`.
+    /// SRQ when `srq`): the active side then gets `connect_response`, moves its QP to RTR and RTS
+    /// (`modify_qp`) and calls `establish`. Otherwise as `connect(settings, private_data)`.
+    /// @throws as `connect(settings, private_data)`.
     /// @see rdma_connect(3)
-    void connect(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
-        rdma_conn_param p = prepare(params, private_data_message::connect);
+    void connect(qp_settings const& settings, std::span<std::byte const> private_data, std::uint32_t qp_num, bool srq) {
+        rdma_conn_param p = prepare(settings, private_data, private_data_message::connect);
         p.qp_num = qp_num;
         p.srq = srq ? 1 : 0;
         send_connect(p);
     }
 
+    /// Accepts the connect request this id came with, with `settings` and `private_data`: a QP
+    /// from `create_qp` (RC, UC) is moved to RTR and RTS first (`modify_qp`) and joins the id;
+    /// `established` follows on RC and UC.
+    /// @throws argument_error for private data over the limit or `settings` refused by
+    ///         `detail::validate` (nothing sent); sys_error when rdma_accept(3),
+    ///         rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
+    /// @see rdma_accept(3)
+    void accept(qp_settings const& settings = {}, std::span<std::byte const> private_data = {}) {
+        rdma_conn_param p = prepare(settings, private_data, private_data_message::accept);
+        if (pending_.qp != nullptr) {
+            modify_qp(pending_.qp, IBV_QPS_INIT, settings); // INIT → INIT: the access granted
+            modify_qp(pending_.qp, IBV_QPS_RTR, settings);
+            modify_qp(pending_.qp, IBV_QPS_RTS, settings);
+            p.qp_num = pending_.qp->qp_num;
+        }
+        send_accept(p);
+        if (pending_.qp != nullptr) handle_->qp = std::exchange(pending_.qp, nullptr);
+    }
+
     /// Accepts the connect request this id came with for a QP that was not made on this id
     /// (`qp_num`; `srq` when it takes its receives from an SRQ), which the caller has moved to
-    /// RTS already (`modify_qp`, as librdmacm does for its own QPs before it accepts).
-    /// @throws as `accept(params)`.
+    /// RTS already (`modify_qp`).
+    /// @throws as `accept(settings, private_data)`.
     /// @see rdma_accept(3)
-    void accept(connection_parameters const& params, std::uint32_t qp_num, bool srq) {
-        rdma_conn_param p = prepare(params, private_data_message::accept);
+    void accept(qp_settings const& settings, std::span<std::byte const> private_data, std::uint32_t qp_num, bool srq) {
+        rdma_conn_param p = prepare(settings, private_data, private_data_message::accept);
         p.qp_num = qp_num;
         p.srq = srq ? 1 : 0;
         send_accept(p);
     }
 
-    /// Moves `qp`, a QP not made on this id, to `state` (INIT, RTR or RTS) with the attributes
-    /// the CM knows for this connection (rdma_init_qp_attr(3): port, P_Key, access, path, PSNs,
-    /// QPN, timeouts), then ibv_modify_qp(3). `rd_atomic`, when not 255, replaces the READ and
-    /// atomic depth of the step (RTR: `max_dest_rd_atomic`; RTS: `max_rd_atomic`); with 255 the
-    /// CM's value is kept, no more than the device's limit. A UC QP gets the attributes less
-    /// RC's (READ and atomic depth, ACK timeout, retries, RNR timer; no READ or atomic access).
-    /// @throws sys_error naming the state when rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
+    /// Moves `qp`, a connected QP not made on this id by rdma_create_qp(3), to `state` (INIT,
+    /// RTR or RTS) with the attributes the CM knows for this connection (rdma_init_qp_attr(3):
+    /// port, P_Key, path, PSNs, QPN, RD-atomic depths, timers) under `settings`
+    /// (`detail::apply`: what it sets replaces the CM's; the access granted is always its
+    /// `remote_access`), then ibv_modify_qp(3). A UC QP gets the attributes less RC's.
+    /// @throws argument_error when `settings` fails `detail::validate` (nothing changed);
+    ///         sys_error naming the state when rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
     /// @see rdma_init_qp_attr(3)
-    void modify_qp(ibv_qp* qp, ibv_qp_state state, std::uint8_t rd_atomic = 255) {
+    void modify_qp(ibv_qp* qp, ibv_qp_state state, qp_settings const& settings) {
+        std::string const what = "QP " + std::to_string(qp->qp_num) + " on a CM id";
+        ibv_device_attr const dev = rdmacxx::detail::query_device(qp->context, what);
+        rdmacxx::detail::validate(settings, qp->qp_type, dev, what);
         ibv_qp_attr attr{};
         attr.qp_state = state;
         int mask = 0;
-        if (int rc = ::rdma_init_qp_attr(handle_.get(), &attr, &mask); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_cm_call(rc, "rdma_init_qp_attr",
-                                           std::string{"for state "} + rdmacxx::detail::qp_state_name(state));
-        if (qp->qp_type == IBV_QPT_UC) {
-            // The TCP port space's attributes are RC's; ibv_modify_qp(3) refuses RC-only ones on UC.
-            mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                      IBV_QP_RNR_RETRY | IBV_QP_MIN_RNR_TIMER);
-            attr.qp_access_flags &= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE; // no READ or atomics on UC
-        } else if (state == IBV_QPS_RTR || state == IBV_QPS_RTS) {
-            ibv_device_attr dev{};
-            std::uint8_t& depth = state == IBV_QPS_RTR ? attr.max_dest_rd_atomic : attr.max_rd_atomic;
-            if (rd_atomic != 255) {
-                depth = rd_atomic;
-            } else if (::ibv_query_device(qp->context, &dev) == 0) {
-                int const limit = state == IBV_QPS_RTR ? dev.max_qp_rd_atom : dev.max_qp_init_rd_atom;
-                if (depth > limit) depth = static_cast<std::uint8_t>(limit);
-            }
-        }
-        if (int rc = ::ibv_modify_qp(qp, &attr, mask); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
-                                       std::string{"moving QP "} + std::to_string(qp->qp_num) + " to " +
-                                           rdmacxx::detail::qp_state_name(state) + " with the CM's attributes (" +
-                                           rdmacxx::detail::qp_mask_names(mask) + ")");
+        init_attributes(attr, mask);
+        rdmacxx::detail::apply(settings, qp->qp_type, dev, attr, mask);
+        modify(qp, attr, mask);
     }
 
-    /// Completes the active side's connection of a QP not made on this id, once
-    /// `connect_response` came: a QP the caller made and moved to RTS (`modify_qp`), or a UC QP
-    /// from `create_qp` (which is not on the id, so librdmacm reports `connect_response`, not
-    /// `established`), which it moves to RTR and RTS itself with the CM's attributes less RC's.
-    /// Then sends the RTU (rdma_establish(3)); `established` follows on this id. A UC QP from
-    /// `create_qp` is the id's afterwards, so `disconnect` moves it to ERR. `cm::connect` calls it.
-    /// @throws sys_error when rdma_init_qp_attr(3), ibv_modify_qp(3) or rdma_establish(3) fails.
+    /// Completes the active side's connection once `connect_response` came: a QP from
+    /// `create_qp` is moved to RTR and RTS under `settings` (`modify_qp`) and joins the id; then
+    /// the RTU is sent (rdma_establish(3)). The connection is established on return (no
+    /// `established` event follows on this side). If a transition fails, the connect is
+    /// rejected (the peer sees `rejected`) and the error leaves.
+    /// @throws as `modify_qp`; sys_error when rdma_establish(3) fails.
     /// @see rdma_establish(3)
-    void establish() {
-        if (uc_.qp != nullptr) {
-            modify_qp(uc_.qp, IBV_QPS_INIT); // INIT → INIT: the access flags the connection granted
-            modify_qp(uc_.qp, IBV_QPS_RTR);
-            modify_qp(uc_.qp, IBV_QPS_RTS);
+    void establish(qp_settings const& settings = {}) {
+        if (pending_.qp != nullptr) {
+            try {
+                modify_qp(pending_.qp, IBV_QPS_INIT, settings); // INIT → INIT: the access granted
+                modify_qp(pending_.qp, IBV_QPS_RTR, settings);
+                modify_qp(pending_.qp, IBV_QPS_RTS, settings);
+            } catch (...) {
+                (void)::rdma_reject(handle_.get(), nullptr, 0);
+                throw;
+            }
         }
         if (int rc = ::rdma_establish(handle_.get()); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_establish", "to " + peer_address().to_string());
-        if (uc_.qp != nullptr) handle_->qp = std::exchange(uc_.qp, nullptr);
-    }
-
-    /// Accepts the connect request this id came with (event `established` follows on RC and
-    /// UC). Sets `params.timeout` first when given, and `params.min_rnr_timer` on the id's RC QP
-    /// after (librdmacm has moved it to RTS); a UC QP from `create_qp` is moved to RTS first.
-    /// @throws argument_error for private data over the limit or a retry count over 7 (nothing
-    ///         sent); unsupported_error when rdma_set_option(3) refuses the ACK timeout; sys_error
-    ///         when rdma_accept(3), rdma_init_qp_attr(3) or ibv_modify_qp(3) fails.
-    /// @see rdma_accept(3)
-    void accept(connection_parameters const& params = {}) {
-        rdma_conn_param p = prepare(params, private_data_message::accept);
-        if (uc_.qp != nullptr) { // UC: moved here, as librdmacm would with RC's attributes (see create_qp)
-            modify_qp(uc_.qp, IBV_QPS_INIT);
-            modify_qp(uc_.qp, IBV_QPS_RTR);
-            modify_qp(uc_.qp, IBV_QPS_RTS);
-            p.qp_num = uc_.qp->qp_num;
-        }
-        send_accept(p);
-        if (uc_.qp != nullptr) handle_->qp = std::exchange(uc_.qp, nullptr);
-        set_min_rnr_timer(params.min_rnr_timer); // librdmacm has moved an RC QP to RTS
-    }
-
-    /// Sets the local ACK timeout of the QP this id connects (RC), before `connect` or `accept`
-    /// (which do so themselves when `connection_parameters::timeout` is set): a duration, rounded
-    /// up to 4.096 µs × 2ⁿ (`rdmacxx::ack_timeout`), e.g. `set_ack_timeout(50ms)` sets code 14,
-    /// 67.1 ms. It governs this side as a **sender** (requester): the CM puts it in the QP's
-    /// RTS attributes (`timeout` in ibv_query_qp(3)).
-    /// @throws unsupported_error when rdma_set_option(3) refuses the option (an old kernel).
-    /// @see rdma_set_option(3)
-    void set_ack_timeout(rdmacxx::ack_timeout timeout) {
-        std::uint8_t code = timeout.code();
-        set_option(RDMA_OPTION_ID_ACK_TIMEOUT, "RDMA_OPTION_ID_ACK_TIMEOUT", &code, sizeof code);
-    }
-
-    /// Sets `params.timeout` (`set_ack_timeout`) when it is not empty and this id is on the TCP
-    /// port space (RC, UC); does nothing on the UDP and IPoIB port spaces, which have no ACKs (the
-    /// kernel refuses the option there). `connect` and `accept` call it; a flow that moves a QP
-    /// not made on this id to RTS itself (`modify_qp`) calls it before that.
-    /// @throws unsupported_error when rdma_set_option(3) refuses the option (an old kernel).
-    /// @see rdma_set_option(3)
-    void apply_ack_timeout(connection_parameters const& params) {
-        if (params.timeout && space() == port_space::tcp) set_ack_timeout(*params.timeout);
+        if (pending_.qp != nullptr) handle_->qp = std::exchange(pending_.qp, nullptr);
     }
 
     /// Sets the type of service (RFC 2474: DSCP in the upper 6 bits, ECN in the lower 2) of the
     /// connection this id makes, before `resolve_route` on the active side or `listen` on the
     /// passive one. On RoCE it becomes the GRH traffic class of the QP (`ah_attr.grh.
     /// traffic_class` in ibv_query_qp(3)), and the kernel may map it to a service level.
-    /// @throws unsupported_error when rdma_set_option(3) refuses it.
+    /// @throws not_supported_error when rdma_set_option(3) refuses it.
     /// @see rdma_set_option(3) (RDMA_OPTION_ID_TOS)
     void set_type_of_service(std::uint8_t tos) {
         set_option(RDMA_OPTION_ID_TOS, "RDMA_OPTION_ID_TOS", &tos, sizeof tos);
@@ -462,7 +387,7 @@ public:
     /// SO_REUSEADDR does for sockets (several ids bound to one port; a listener's port taken
     /// again while connections from it linger). Call before `bind`; a listening id takes it no
     /// more (rdma_listen(3) claims the port alone).
-    /// @throws unsupported_error when rdma_set_option(3) refuses it (EINVAL on a listening id).
+    /// @throws not_supported_error when rdma_set_option(3) refuses it (EINVAL on a listening id).
     /// @see rdma_set_option(3) (RDMA_OPTION_ID_REUSEADDR)
     void set_reuse_address(bool on) {
         int v = on ? 1 : 0;
@@ -471,30 +396,11 @@ public:
 
     /// Binds an IPv6 (or AF_IB) id to its own address family only (true), or lets an IPv6
     /// wildcard also take IPv4 (false), as IPV6_V6ONLY does for sockets. Call before `bind`.
-    /// @throws unsupported_error when rdma_set_option(3) refuses it.
+    /// @throws not_supported_error when rdma_set_option(3) refuses it.
     /// @see rdma_set_option(3) (RDMA_OPTION_ID_AFONLY)
     void set_address_family_only(bool on) {
         int v = on ? 1 : 0;
         set_option(RDMA_OPTION_ID_AFONLY, "RDMA_OPTION_ID_AFONLY", &v, sizeof v);
-    }
-
-    /// Sets the minimum RNR NAK timer of the RC QP made on this id (`create_qp`), which must be
-    /// in RTS (after `accept`, or once `established` came on the active side): an RTS → RTS
-    /// ibv_modify_qp(3). Does nothing without a QP or on UD.
-    /// @throws sys_error when ibv_modify_qp(3) fails.
-    void set_min_rnr_timer(rdmacxx::rnr_timer timer) { set_min_rnr_timer(timer, handle_->qp); }
-
-    /// As `set_min_rnr_timer(timer)`, on `qp` (a QP connected through this id but not made on
-    /// it, in RTS). Does nothing for a null or UD `qp`.
-    /// @throws sys_error when ibv_modify_qp(3) fails.
-    static void set_min_rnr_timer(rdmacxx::rnr_timer timer, ibv_qp* qp) {
-        if (qp == nullptr || qp->qp_type != IBV_QPT_RC) return;
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_RTS;
-        attr.min_rnr_timer = timer.code();
-        if (int rc = ::ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER); rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
-                                       "setting the minimum RNR timer of QP " + std::to_string(qp->qp_num));
     }
 
     /// Rejects the connect request this id came with, sending `private_data`; the peer sees
@@ -571,8 +477,10 @@ private:
     void set_option(int name, char const* option, void* value, std::size_t size) {
         if (int rc = ::rdma_set_option(handle_.get(), RDMA_OPTION_ID, name, value, size); rc != 0) [[unlikely]] {
             int const err = rdmacxx::detail::cm_errno(rc);
-            throw unsupported_error(err, std::string{"rdma_set_option("} + option + ") refused" +
-                                             (has_device() ? " on " + std::string{context().name()} : std::string{}));
+            std::string what = std::string{option} + (has_device() ? " on " + std::string{context().name()} : "");
+            if (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == ENOPROTOOPT)
+                throw rdmacxx::not_supported_error(err, "rdma_set_option", std::move(what));
+            rdmacxx::detail::throw_cm_call(rc, "rdma_set_option", std::move(what));
         }
     }
 
@@ -593,20 +501,54 @@ private:
         } catch (rdmacxx::error const&) {
             return; // cannot tell: let the CM decide
         }
-        throw unsupported_error(EAFNOSUPPORT, std::string{call} + " refused before the call: the AF_IB address " +
-                                                  a.to_string() + " needs an InfiniBand port, and this host has " +
-                                                  (seen.empty() ? std::string{"no RDMA port"} : "only " + seen) +
-                                                  "; RoCE ids take AF_INET or AF_INET6 addresses");
+        throw rdmacxx::not_supported_error(EAFNOSUPPORT, call,
+                                           "refused before the call: the AF_IB address " + a.to_string() +
+                                               " needs an InfiniBand port, and this host has " +
+                                               (seen.empty() ? std::string{"no RDMA port"} : "only " + seen) +
+                                               "; RoCE ids take AF_INET or AF_INET6 addresses");
     }
 
     // What `connect` and `accept` do before the call: the checks (nothing is sent when one
-    // fails), the ACK timeout when given, and the parameters in librdmacm's form.
-    rdma_conn_param prepare(connection_parameters const& params, private_data_message message) {
-        check_private_data(params.private_data, message, space());
-        rdmacxx::detail::check_retry_counts(params.retry_count, params.rnr_retry_count, "rnr_retry_count",
-                                            "; nothing was sent");
-        apply_ack_timeout(params);
-        return native_params(params);
+    // fails), then the parameters in librdmacm's form. The depths left empty ask librdmacm for
+    // the device's limits (255); the RNR retry count sent is what a peer whose QP is on its id
+    // retries with, the same as this side's.
+    rdma_conn_param prepare(qp_settings const& settings, std::span<std::byte const> private_data,
+                            private_data_message message) {
+        check_private_data(private_data, message, space());
+        std::string const what = "the connection with " + peer_address().to_string();
+        ibv_qp_type const type = pending_.qp != nullptr     ? pending_.qp->qp_type
+                                 : space() == port_space::udp ? IBV_QPT_UD
+                                                              : IBV_QPT_RC;
+        rdmacxx::detail::validate(settings, type,
+                                  rdmacxx::detail::query_device(handle_->verbs, what), what, "; nothing was sent");
+        if (space() == port_space::udp && settings.qkey != RDMA_UDP_QKEY) [[unlikely]]
+            rdmacxx::detail::throw_argument("Q_Key " + std::to_string(settings.qkey) + " for " + what +
+                                            ": the CM's UDP port space uses RDMA_UDP_QKEY (0x01234567, "
+                                            "rdmacxx::default_qkey); nothing was sent");
+        rdma_conn_param p{};
+        p.private_data = private_data.empty() ? nullptr : private_data.data();
+        p.private_data_len = static_cast<std::uint8_t>(private_data.size());
+        p.responder_resources = settings.responder_resources.value_or(RDMA_MAX_RESP_RES);
+        p.initiator_depth = settings.initiator_depth.value_or(RDMA_MAX_INIT_DEPTH);
+        p.flow_control = 1;
+        p.retry_count = settings.retry_count;
+        p.rnr_retry_count = settings.rnr_retry_count;
+        return p;
+    }
+
+    // The CM's attributes of the transition to `attr.qp_state` for this id's connection.
+    void init_attributes(ibv_qp_attr& attr, int& mask) {
+        if (int rc = ::rdma_init_qp_attr(handle_.get(), &attr, &mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_cm_call(rc, "rdma_init_qp_attr",
+                                           std::string{"for state "} + rdmacxx::detail::qp_state_name(attr.qp_state));
+    }
+
+    static void modify(ibv_qp* qp, ibv_qp_attr& attr, int mask) {
+        if (int rc = ::ibv_modify_qp(qp, &attr, mask); rc != 0) [[unlikely]]
+            rdmacxx::detail::throw_sys(rc, "ibv_modify_qp",
+                                       "moving QP " + std::to_string(qp->qp_num) + " to " +
+                                           rdmacxx::detail::qp_state_name(attr.qp_state) +
+                                           " with the CM's attributes (" + rdmacxx::detail::qp_mask_names(mask) + ")");
     }
 
     void send_connect(rdma_conn_param& p) {
@@ -619,21 +561,9 @@ private:
             rdmacxx::detail::throw_cm_call(rc, "rdma_accept", "from " + peer_address().to_string());
     }
 
-    static rdma_conn_param native_params(connection_parameters const& params) noexcept {
-        rdma_conn_param p{};
-        p.private_data = params.private_data.empty() ? nullptr : params.private_data.data();
-        p.private_data_len = static_cast<std::uint8_t>(params.private_data.size());
-        p.responder_resources = params.responder_resources;
-        p.initiator_depth = params.initiator_depth;
-        p.flow_control = params.flow_control;
-        p.retry_count = params.retry_count;
-        p.rnr_retry_count = params.rnr_retry_count;
-        return p;
-    }
-
     std::unique_ptr<rdma_cm_id, rdmacxx::detail::cm_id_deleter> handle_;
-    // A UC QP made by create_qp and not yet connected (it joins the id once connected); the
-    // pointer moves with the id.
+    // A connected QP made by create_qp and not yet connected (it joins the id once connected);
+    // the pointer moves with the id.
     struct qp_cell {
         ibv_qp* qp = nullptr;
         qp_cell() noexcept = default;
@@ -644,7 +574,7 @@ private:
         }
         ~qp_cell() = default;
     };
-    qp_cell uc_;
+    qp_cell pending_;
 };
 
 } // namespace cm

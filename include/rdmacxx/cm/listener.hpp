@@ -41,7 +41,7 @@ public:
     /// Takes the new id and data of a `connect_request` event `e` (already acknowledged; `e` may
     /// be kept or dropped).
     explicit connect_request(event const& e)
-        : id_(e.id()), private_data_(e.private_data_copy()), conn_(e.conn()), ud_(e.ud()) {}
+        : id_(e.id()), private_data_(e.private_data_copy()), conn_(e.conn()) {}
 
     /// The private data the peer sent with its request (the whole buffer the CM delivered,
     /// zero padded past what the peer wrote). Decode typed data with `cm::from_private_data`.
@@ -56,7 +56,7 @@ public:
     /// Accepts: moves the id to its own event channel, makes the PD, CQ and queue pair on its
     /// device, calls `before_accept(connection&)` (post receives there: a UD peer may send the
     /// moment it learns our QPN, and an unposted UD receive drops the datagram), accepts with
-    /// `opt.params` (private data included) and, for RC and UC, waits up to the accept timeout
+    /// `opt.settings` and `opt.private_data` and, for RC and UC, waits up to the accept deadline
     /// for `established`. The request is empty afterwards.
     /// @throws argument_error for private data over 196 bytes (TCP) or 136 (UDP), before anything
     ///         is sent; timeout_error naming `step::accept`, connect_error when `established`
@@ -90,8 +90,7 @@ public:
     /// PD on the request's device): moves the id to its own channel, moves the QP to INIT with
     /// the CM's attributes (rdma_init_qp_attr(3) + ibv_modify_qp(3)), calls
     /// `before_accept(connection&)` (post receives there), moves it to RTR and RTS the same way
-    /// (with `opt.params`' `responder_resources` and `initiator_depth` when not 255, and its
-    /// `min_rnr_timer`), accepts naming its QPN and waits up to the accept timeout for
+    /// under `opt.settings`, accepts naming its QPN and waits up to the accept deadline for
     /// `established`. The connection borrows the QP, which must outlive it. Whatever fails, the
     /// QP is in ERR when the error leaves (its posted receives complete flushed; `reset()` it to
     /// connect again).
@@ -107,14 +106,12 @@ public:
         c.adopt(qp);
         auto& cm_id = c.cm_id();
         try {
-            cm_id.apply_ack_timeout(opt.params); // before RTS: rdma_init_qp_attr(3) then carries it
-            cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT);
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT, opt.settings);
             before_accept(c);
-            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.params.responder_resources);
-            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.params.initiator_depth);
-            id::set_min_rnr_timer(opt.params.min_rnr_timer, qp.native_handle());
-            cm_id.accept(opt.params, qp.qp_num(), false);
-            (void)detail::expect(*c.channel(), event_type::established, opt.timeout(step::accept),
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.settings);
+            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.settings);
+            cm_id.accept(opt.settings, opt.private_data, qp.qp_num(), false);
+            (void)detail::expect(*c.channel(), event_type::established, opt.deadlines.of(step::accept),
                                  "accepting " + c.peer_name(), step::accept);
         } catch (...) {
             detail::fail_qp(qp);
@@ -162,9 +159,9 @@ private:
     template <transport Transport, completion_strategy Completion, post_policy Post>
     connection<Transport, Completion, Post> start(std::unique_ptr<event_channel> channel,
                                                   connection_options const& opt) {
-        check_private_data(opt.params.private_data, private_data_message::accept, port_space_for<Transport>);
+        check_private_data(opt.private_data, private_data_message::accept, port_space_for<Transport>);
         if (channel) id_.migrate(*channel);
-        connection<Transport, Completion, Post> c{std::move(channel), std::move(id_), opt.timeout(step::disconnect)};
+        connection<Transport, Completion, Post> c{std::move(channel), std::move(id_), opt.deadlines.of(step::disconnect)};
         c.set_peer(std::move(private_data_), conn_);
         return c;
     }
@@ -173,9 +170,9 @@ private:
     static connection<Transport, Completion> finish(connection<Transport, Completion> c, connection_options const& opt,
                                                     BeforeAccept& before_accept) {
         before_accept(c);
-        c.cm_id().accept(opt.params);
+        c.cm_id().accept(opt.settings, opt.private_data);
         if constexpr (Transport::connected)
-            (void)detail::expect(*c.channel(), event_type::established, opt.timeout(step::accept),
+            (void)detail::expect(*c.channel(), event_type::established, opt.deadlines.of(step::accept),
                                  "accepting " + c.peer_name(), step::accept);
         c.established();
         return c;
@@ -185,7 +182,7 @@ private:
     static connection<Transport, Completion> finish_shared(connection<Transport, Completion> c,
                                                            connection_options const& opt, BeforeAccept& before_accept) {
         before_accept(c);
-        c.cm_id().accept(opt.params);
+        c.cm_id().accept(opt.settings, opt.private_data);
         if constexpr (!Transport::connected) c.monitor().established();
         return c;
     }
@@ -193,7 +190,6 @@ private:
     cm::id id_;
     std::vector<std::byte> private_data_;
     connection_data conn_;
-    ud_data ud_;
 };
 
 /// Settings of a `listener`'s id, applied before it binds.
@@ -231,7 +227,7 @@ public:
     explicit listener(address const& local, int backlog = 16) : listener(local, listener_options{.backlog = backlog}) {}
 
     /// Sets `opt`'s options on the id, binds to `local` and listens with `opt.backlog`.
-    /// @throws unsupported_error when an option is refused; address_error when the address
+    /// @throws not_supported_error when an option is refused; address_error when the address
     ///         cannot be bound (EADDRINUSE: the port is taken, or was just closed and
     ///         `reuse_address` is off); sys_error when a call fails.
     listener(address const& local, listener_options const& opt) : id_(channel_, port_space_for<Transport>) {

@@ -23,8 +23,8 @@ template <completion_strategy Completion>
 class multicast_group {
 public:
     /// Resolves `group` from `local` (the address of the RDMA device to use) within the
-    /// options' resolve-address timeout, makes the PD, CQ and UD QP, joins and waits up to
-    /// `opt.event_timeout` for `multicast_join`.
+    /// options' resolve-address deadline, makes the PD, CQ and UD QP, joins and waits up to
+    /// `opt.deadlines.event` for `multicast_join`.
     /// @throws address_error, route_not_found_error when resolving fails; multicast_error when the
     ///         join fails; timeout_error naming the step; sys_error when a call fails.
     ///         Exception-safe: whatever throws after the join, the group is left (which detaches
@@ -79,13 +79,11 @@ public:
     [[nodiscard]] std::uint32_t qpn() const noexcept { return ud_.qp_num; }
     /// The group's Q_Key.
     [[nodiscard]] std::uint32_t qkey() const noexcept { return ud_.qkey; }
-    /// The join event's UD data.
-    [[nodiscard]] ud_data const& join_data() const noexcept { return ud_; }
 
 private:
     void setup(address const& local, connection_options const& opt, resources<Completion> const* r) {
         try {
-            auto const timeout = opt.timeout(step::resolve_address);
+            auto const timeout = opt.deadlines.of(step::resolve_address);
             id_.resolve_address(group_, timeout, &local);
             (void)detail::expect(channel_, event_type::addr_resolved, timeout + std::chrono::milliseconds{1000},
                                  "resolving multicast group " + group_.to_string(), step::resolve_address);
@@ -112,7 +110,7 @@ private:
                                                                r != nullptr ? r->srq : nullptr, opt.caps));
             id_.join_multicast(group_);
             joined_ = true;
-            event e = detail::expect(channel_, event_type::multicast_join, opt.event_timeout,
+            event e = detail::expect(channel_, event_type::multicast_join, opt.deadlines.event,
                                      "joining multicast group " + group_.to_string(), step::join);
             ud_ = e.ud();
             ah_ = std::make_unique<address_handle>(*pd_, ud_.ah_attr);
