@@ -14,7 +14,7 @@
 namespace rdmacxx {
 inline namespace v0 {
 
-/// `rnr_retry` value meaning "retry RNR NAKs forever" (the IB encoding of 7): a sender whose
+/// `qp_settings::rnr_retry_count` value meaning "retry RNR NAKs forever" (the IB encoding of 7): a sender whose
 /// peer never posts a receive then never completes. Any of 0 … 6 is a finite count.
 inline constexpr std::uint8_t rnr_retry_infinite = 7;
 
@@ -112,7 +112,7 @@ inline constexpr ack_timeout default_ack_timeout{std::chrono::milliseconds{67}};
 /// The minimum RNR NAK timer of an RC QP, which governs this QP as a **receiver**: when a SEND
 /// (or WRITE with immediate) arrives and no receive is posted, this QP answers with an RNR NAK
 /// that tells the *peer's* sender to wait at least this long before it retries; the peer's
-/// `rnr_retry` says how often it does. The IB encoding is a 5-bit code with the table below
+/// `rnr_retry_count` says how often it does. The IB encoding is a 5-bit code with the table below
 /// (milliseconds); note code 0 is the **longest**, 655.36 ms (the CM's default):
 ///
 /// | code | ms | code | ms | code | ms | code | ms |

@@ -4,7 +4,7 @@
 #include "rdmacxx/cm/connection.hpp"
 
 #include "rdmacxx/ah.hpp"
-#include "rdmacxx/qp_options.hpp"
+#include "rdmacxx/qp_settings.hpp"
 #include "rdmacxx/timeouts.hpp"
 
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 #include "rdmacxx/timeouts.hpp"
 
-#include "rdmacxx/qp_options.hpp"
+#include "rdmacxx/qp_settings.hpp"
 
 #include <doctest/doctest.h>
 
@@ -107,6 +107,16 @@ TEST_CASE("qp_settings: production defaults, in time units") {
     CHECK(o.min_rnr_timer.duration() == 1280us);
     CHECK_FALSE(o.initiator_depth.has_value()); // the device's limits
     CHECK_FALSE(o.responder_resources.has_value());
+    // The path's fields: the path's own (verbs: the port's MTU, P_Key index 0, SL 0, hop limit
+    // 64, traffic class 0, no flow label; CM: its route's).
+    CHECK_FALSE(o.path_mtu.has_value());
+    CHECK_FALSE(o.pkey_index.has_value());
+    CHECK_FALSE(o.service_level.has_value());
+    CHECK_FALSE(o.hop_limit.has_value());
+    CHECK_FALSE(o.traffic_class.has_value());
+    CHECK_FALSE(o.flow_label.has_value());
+    CHECK(o.qkey == rx::default_qkey);
+    CHECK(rx::default_qkey == 0x01234567U); // the CM's RDMA_UDP_QKEY
     rx::qp_settings set;
     set.local_ack_timeout = 100ms;
     set.min_rnr_timer = 5ms;

@@ -47,11 +47,10 @@ inline constexpr std::size_t private_data_size = [] {
 }();
 
 /// Encodes `values` one after the other (each as `private_data_size` bytes) into the private
-/// data of a `Message` on the port space of `Transport`; point
-/// `connection_parameters::private_data` at the result, which must live until the call that
-/// sends it returns. Their total size is checked at compile time: more than the CM's limit
-/// (`max_private_data`: a connect request on the TCP port space carries 56 bytes, an accept 196)
-/// does not compile.
+/// data of a `Message` on the port space of `Transport`; copy the result into
+/// `connection_options::private_data` (or pass it to `id::connect` / `id::accept`). Their total
+/// size is checked at compile time: more than the CM's limit (`max_private_data`: a connect
+/// request on the TCP port space carries 56 bytes, an accept 196) does not compile.
 /// Example: `auto pd = cm::to_private_data<cm::private_data_message::accept, rx::rc>(mr.remote());`
 /// @throws argument_error when a value's `to_bytes()` refuses it (e.g. an endpoint's QPN over 24 bits).
 template <private_data_message Message, transport Transport, private_data_value... Ts>
