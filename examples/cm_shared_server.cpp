@@ -107,12 +107,21 @@ private:
             if (e->type() == cm::event_type::connect_request) {
                 cm::connect_request req{*e};
                 rdma_cm_id* const key = req.cm_id().native_handle();
-                auto c = std::make_unique<connection>(req.accept_shared<rx::rc, rx::event_driven>(shared));
-                by_qpn_[c->qp().qp_num()] = c.get();
-                by_id_[key] = std::move(c);
+                try { // one client's failure is that client's only: the others go on being served
+                    auto c = std::make_unique<connection>(req.accept_shared<rx::rc, rx::event_driven>(shared));
+                    by_qpn_[c->qp().qp_num()] = c.get();
+                    by_id_[key] = std::move(c);
+                } catch (rx::error const& err) {
+                    std::fprintf(stderr, "cm_shared_server: a client's accept failed: %s\n", err.what());
+                }
             } else if (auto it = by_id_.find(e->id()); it != by_id_.end()) {
-                it->second->handle(*e);
-                if (it->second->state() == cm::connection_state::disconnected) {
+                try {
+                    it->second->handle(*e);
+                } catch (rx::error const& err) { // that connection failed: its QP is in ERR
+                    std::fprintf(stderr, "cm_shared_server: a connection failed: %s\n", err.what());
+                }
+                if (auto const state = it->second->state();
+                    state == cm::connection_state::disconnected || state == cm::connection_state::failed) {
                     by_qpn_.erase(it->second->qp().qp_num());
                     by_id_.erase(it); // its flushed completions, if any, stay in the CQ: see below
                 }

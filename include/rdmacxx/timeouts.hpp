@@ -25,8 +25,8 @@ inline constexpr std::uint8_t rnr_retry_infinite = 7;
 /// (docs/devices.md).
 inline constexpr std::uint8_t max_retry_count = 7;
 
-/// The default transport retry count of every path (`qp_settings::retry_count`): 6, the largest count that is finite on every
-/// provider (not 7, which rxe retries for ever).
+/// The default transport retry count of every path (`qp_settings::retry_count`): 6, the largest count that is finite on
+/// every provider (not 7, which rxe retries for ever).
 inline constexpr std::uint8_t default_retry_count = 6;
 
 /// The local ACK timeout of an RC QP, which governs this QP as a **sender**: how long it waits
@@ -91,9 +91,9 @@ private:
     std::uint8_t code_;
 };
 
-/// The default local ACK timeout of every path (`qp_settings::local_ack_timeout`): 67 ms, rounded up to code 14, 4.096 µs × 2^14 =
-/// 67.1 ms. With `default_retry_count` a sender whose peer died silently completes its request
-/// with IBV_WC_RETRY_EXC_ERR after about 67.1 ms × (6 + 1) = 470 ms (`dead_peer_bound`).
+/// The default local ACK timeout of every path (`qp_settings::local_ack_timeout`): 67 ms, rounded up to code 14, 4.096
+/// µs × 2^14 = 67.1 ms. With `default_retry_count` a sender whose peer died silently completes its request with
+/// IBV_WC_RETRY_EXC_ERR after about 67.1 ms × (6 + 1) = 470 ms (`dead_peer_bound`).
 inline constexpr ack_timeout default_ack_timeout{std::chrono::milliseconds{67}};
 
 /// The time after which a sender whose peer died silently (no DREQ, no NAK: a lost host, a

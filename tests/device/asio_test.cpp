@@ -677,8 +677,8 @@ TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's di
             rxa::async_recv(d, server->qp(), rx::recv{buf.span().subspan(i * 64, 64)},
                             [&](std::error_code ec, rx::work_completion) { codes.push_back(ec); });
         bool disconnected = false;
-        auto op =
-            rxa::async_disconnect(ex, *client, opt.deadlines.of(rx::cm::step::disconnect), ::asio::experimental::deferred);
+        auto op = rxa::async_disconnect(ex, *client, opt.deadlines.of(rx::cm::step::disconnect),
+                                        ::asio::experimental::deferred);
         auto const start = std::chrono::steady_clock::now();
         std::move(op)([&](std::exception_ptr e) {
             CHECK_FALSE(e);

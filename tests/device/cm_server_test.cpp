@@ -250,8 +250,13 @@ TEST_SUITE("cm server") {
             auto const pd_bytes = cm::to_private_data<cm::private_data_message::accept, rx::rc>(target.mr.remote(), me);
             cm::connection_options opt;
             opt.settings.remote_access = rx::access::remote_write; // the client WRITEs into target
+            opt.settings.local_ack_timeout = 50ms; // on the passive side of a user's QP too: 50 ms -> 14
             opt.private_data.assign(pd_bytes.begin(), pd_bytes.end());
             auto conn = req.accept(sqp, opt, [&](auto& c) { c.qp().post_recv(rx::recv{inbox.span()}.id(1)); });
+            ibv_qp_attr attr{};
+            ibv_qp_init_attr init{};
+            CHECK(::ibv_query_qp(sqp.native_handle(), &attr, IBV_QP_TIMEOUT, &init) == 0);
+            CHECK(attr.timeout == 14);
             CHECK(conn.wait_disconnected(20s));
         });
         hello const h{.client = 7, .messages = 1, .name = "typed"};
@@ -387,5 +392,59 @@ TEST_SUITE("cm server") {
             CHECK(std::chrono::steady_clock::now() - start < 2800ms);
             CHECK(conn.state() == cm::connection_state::disconnected);
         }
+    }
+
+    TEST_CASE("cm server: a failure event ends a shared-channel connection: state failed, QP in ERR, waiters woken") {
+        // Before: the connection stayed `connecting` with its QP in RTS, and wait_disconnected
+        // never returned true.
+        cm::listener<rx::rc> server{device_address()};
+        auto const port = server.port();
+        cm::event_channel ch;
+        cm::id client{ch, cm::port_space::tcp};
+        client.resolve_address(device_address(port), 2000ms);
+        REQUIRE(ch.get(5s)->type() == cm::event_type::addr_resolved);
+        client.resolve_route(2000ms);
+        REQUIRE(ch.get(5s)->type() == cm::event_type::route_resolved);
+        client.connect({}, {}, 0x1234, false); // a raw client: it will refuse the server's reply
+        auto req = server.get_request(10s);
+        auto served = req.accept_shared<rx::rc, rx::busy_poll>();
+        CHECK(served.state() == cm::connection_state::connecting);
+        auto const reply = ch.get(10s);
+        REQUIRE(reply.has_value());
+        REQUIRE(reply->type() == cm::event_type::connect_response);
+        client.reject(); // the client refuses the reply: the server's id sees `rejected`
+        std::optional<cm::event> failure;
+        for (auto const end = std::chrono::steady_clock::now() + 10s;
+             !failure && std::chrono::steady_clock::now() < end;)
+            if (auto e = server.channel().get(100ms); e && e->id() == served.cm_id().native_handle()) failure = *e;
+        REQUIRE(failure.has_value());
+        MESSAGE("the served connection got: " << failure->to_string());
+        CHECK_THROWS_AS(served.handle(*failure), cm::cm_error);
+        CHECK(served.state() == cm::connection_state::failed);
+        CHECK(served.qp().state() == IBV_QPS_ERR);
+        CHECK(served.wait_disconnected(0ms));
+    }
+
+    TEST_CASE("cm server: a deadline of milliseconds::max() waits for ever, and one over 24.8 days is clamped") {
+        // Before: now() + max() overflowed (undefined, and timed out at once), and the resolution's
+        // int milliseconds wrapped negative.
+        cm::listener<rx::rc> server{device_address()};
+        auto const port = server.port();
+        background srv([&] {
+            auto req = server.get_request(20s);
+            std::this_thread::sleep_for(300ms); // the client waits on its "forever" connect deadline
+            auto conn = req.accept<rx::rc, rx::busy_poll>();
+            (void)conn.wait_disconnected(20s);
+        });
+        cm::connection_options opt;
+        opt.deadlines.resolve = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours{24 * 26});
+        opt.deadlines.connect = std::chrono::milliseconds::max();
+        opt.deadlines.disconnect = 20s;
+        auto const start = std::chrono::steady_clock::now();
+        auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
+        CHECK(std::chrono::steady_clock::now() - start >= 300ms); // it waited for the late accept
+        CHECK(conn.state() == cm::connection_state::established);
+        conn.disconnect();
+        srv.join();
     }
 }

@@ -235,10 +235,10 @@ TEST_CASE("options: on the CM path qp_settings reach each side's own QP, as on t
         try {
             auto req = server.get_request(20s);
             cm::connection_options opt;
-            opt.settings.rnr_retry_count = 3;        // the server's sends retry RNR NAKs 3 times
-            opt.settings.retry_count = 5;            // the server's sends retransmit 5 times
-            opt.settings.min_rnr_timer = 5ms;        // the server's RNR NAKs ask for 5.12 ms (18)
-            opt.settings.local_ack_timeout = 250ms;  // the server's ACK timeout: 268 ms (16)
+            opt.settings.rnr_retry_count = 3;                      // the server's sends retry RNR NAKs 3 times
+            opt.settings.retry_count = 5;                          // the server's sends retransmit 5 times
+            opt.settings.min_rnr_timer = 5ms;                      // the server's RNR NAKs ask for 5.12 ms (18)
+            opt.settings.local_ack_timeout = 250ms;                // the server's ACK timeout: 268 ms (16)
             opt.settings.remote_access = rx::access::remote_write; // the client may WRITE, not READ
             opt.settings.responder_resources = 4;
             auto conn = req.accept<rx::rc, rx::busy_poll>(opt);

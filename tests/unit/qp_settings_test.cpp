@@ -169,8 +169,8 @@ TEST_CASE("qp_settings: UC keeps none of RC's fields and only remote write; UD t
     // The CM's TCP port space gives RC's attributes; on UC they leave the mask.
     ibv_qp_attr rts{};
     rts.qp_state = IBV_QPS_RTS;
-    mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-           IBV_QP_MAX_QP_RD_ATOMIC;
+    mask =
+        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
     rx::detail::apply(s, IBV_QPT_UC, dev, rts, mask);
     CHECK(mask == (IBV_QP_STATE | IBV_QP_SQ_PSN));
 

@@ -95,7 +95,7 @@ TEST_CASE("ack_timeout: clamped to 31; infinite only when asked; bad input refus
 TEST_CASE("qp_settings: production defaults, in time units") {
     rx::qp_settings const o;
     CHECK(o.remote_access == rx::access::none); // granted only as asked
-    CHECK(o.local_ack_timeout.code() == 14);              // 67.1 ms
+    CHECK(o.local_ack_timeout.code() == 14);    // 67.1 ms
     CHECK(o.retry_count == 6);                  // finite on every provider: rxe retries 7 for ever
     CHECK(o.retry_count == rx::default_retry_count);
     CHECK(o.local_ack_timeout == rx::default_ack_timeout);
@@ -120,6 +120,6 @@ TEST_CASE("qp_settings: production defaults, in time units") {
     rx::qp_settings set;
     set.local_ack_timeout = 100ms;
     set.min_rnr_timer = 5ms;
-    CHECK(set.local_ack_timeout.code() == 15);       // 134 ms
-    CHECK(set.min_rnr_timer.code() == 18); // 5.12 ms
+    CHECK(set.local_ack_timeout.code() == 15); // 134 ms
+    CHECK(set.min_rnr_timer.code() == 18);     // 5.12 ms
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <type_traits>
 
 namespace rx = rdmacxx;
@@ -31,6 +32,20 @@ TEST_CASE("wait: deadlines round up, saturate instead of overflowing, and are no
     auto const later = clock::now();
     CHECK(s - before >= 10s);
     CHECK(s - later <= 10s);
+}
+
+TEST_CASE("wait: a step's limit plus slack saturates, and a C call's int milliseconds are clamped, never wrapped") {
+    using ms = std::chrono::milliseconds;
+    CHECK(rx::detail::saturating_add(1000ms, 1000ms) == 2000ms);
+    CHECK(rx::detail::saturating_add(ms::max(), 1000ms) == ms::max());
+    CHECK(rx::detail::saturating_add(ms::max() - 500ms, 1000ms) == ms::max());
+    CHECK(rx::detail::saturating_add(ms::max() - 1000ms, 1000ms) == ms::max());
+    CHECK(rx::detail::clamp_ms(1500ms) == 1500);
+    CHECK(rx::detail::clamp_ms(-3ms) == 0);
+    auto const days26 = std::chrono::duration_cast<ms>(std::chrono::hours{24 * 26}); // over 2^31 ms
+    CHECK(days26.count() > std::numeric_limits<int>::max());
+    CHECK(rx::detail::clamp_ms(days26) == std::numeric_limits<int>::max()); // not negative
+    CHECK(rx::detail::clamp_ms(ms::max()) == std::numeric_limits<int>::max());
 }
 
 TEST_CASE("a spinning waiter reads the clock once per spin_clock_every polls, not once per poll") {

@@ -100,12 +100,12 @@ connect(cm::address destination, cm::connection_options opt, std::optional<cm::r
     auto const addr_timeout = opt.deadlines.of(cm::step::resolve_address);
     cm_id.resolve_address(destination, addr_timeout, opt.source ? &*opt.source : nullptr);
     (void)co_await expect(*channel, descriptor, cm::event_type::addr_resolved,
-                          addr_timeout + std::chrono::milliseconds{1000},
+                          rdmacxx::detail::saturating_add(addr_timeout, std::chrono::milliseconds{1000}),
                           "resolving the address of " + destination.to_string(), cm::step::resolve_address);
     auto const route_timeout = opt.deadlines.of(cm::step::resolve_route);
     cm_id.resolve_route(route_timeout);
     (void)co_await expect(*channel, descriptor, cm::event_type::route_resolved,
-                          route_timeout + std::chrono::milliseconds{1000},
+                          rdmacxx::detail::saturating_add(route_timeout, std::chrono::milliseconds{1000}),
                           "resolving the route to " + destination.to_string(), cm::step::resolve_route);
     cm::event_channel& ch = *channel;
     std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(cm_id),
@@ -116,10 +116,9 @@ connect(cm::address destination, cm::connection_options opt, std::optional<cm::r
         c->make_own(opt.cq_entries);
     c->create_qp(opt.caps);
     c->cm_id().connect(opt.settings, opt.private_data);
-    cm::event e = co_await expect(ch, descriptor,
-                                  Transport::connected ? cm::event_type::connect_response : cm::event_type::established,
-                                  opt.deadlines.of(cm::step::connect), "connecting to " + c->peer_name(),
-                                  cm::step::connect);
+    cm::event e = co_await expect(
+        ch, descriptor, Transport::connected ? cm::event_type::connect_response : cm::event_type::established,
+        opt.deadlines.of(cm::step::connect), "connecting to " + c->peer_name(), cm::step::connect);
     if constexpr (Transport::connected) c->cm_id().establish(opt.settings);
     c->set_peer(e.private_data_copy(), e.conn());
     if constexpr (!Transport::connected) c->set_peer_ud(e.ud());

@@ -20,6 +20,7 @@
 #include "rdmacxx/transport.hpp"
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -40,13 +41,13 @@ namespace cm {
 /// resolutions, `event` for connect, accept and disconnect). Durations in milliseconds. Not
 /// to be confused with the QP's `qp_settings::local_ack_timeout`, which governs retransmission.
 struct deadlines {
-    std::chrono::milliseconds resolve{2000};                            ///< address and route resolution, each
-    std::chrono::milliseconds event{10000};                             ///< any other awaited event
-    std::optional<std::chrono::milliseconds> resolve_address{};         ///< rdma_resolve_addr(3); else `resolve`
-    std::optional<std::chrono::milliseconds> resolve_route{};           ///< rdma_resolve_route(3); else `resolve`
-    std::optional<std::chrono::milliseconds> connect{};                 ///< connect until established; else `event`
-    std::optional<std::chrono::milliseconds> accept{};                  ///< accept until established; else `event`
-    std::optional<std::chrono::milliseconds> disconnect{};              ///< `disconnect()`'s wait; else `event`
+    std::chrono::milliseconds resolve{2000};                    ///< address and route resolution, each
+    std::chrono::milliseconds event{10000};                     ///< any other awaited event
+    std::optional<std::chrono::milliseconds> resolve_address{}; ///< rdma_resolve_addr(3); else `resolve`
+    std::optional<std::chrono::milliseconds> resolve_route{};   ///< rdma_resolve_route(3); else `resolve`
+    std::optional<std::chrono::milliseconds> connect{};         ///< connect until established; else `event`
+    std::optional<std::chrono::milliseconds> accept{};          ///< accept until established; else `event`
+    std::optional<std::chrono::milliseconds> disconnect{};      ///< `disconnect()`'s wait; else `event`
 
     /// The time step `s` may take (its own field, else the general one).
     [[nodiscard]] std::chrono::milliseconds of(step s) const noexcept {
@@ -83,7 +84,7 @@ struct connection_options {
     /// port space; 180 and 136 on UDP); `cm::to_private_data` encodes values. Copied: the
     /// options own it.
     std::vector<std::byte> private_data{};
-    cm::deadlines deadlines{}; ///< how long each step may take
+    cm::deadlines deadlines{};       ///< how long each step may take
     std::optional<address> source{}; ///< local address to connect from
     /// Type of service (RFC 2474 DSCP << 2 | ECN) of the connection: on RoCE the QP's GRH traffic
     /// class unless `settings.traffic_class` is set. Set on the id before the route is resolved
@@ -100,7 +101,7 @@ namespace detail {
 /// `cm_error` for another unexpected one. Events of `ignore` type are dropped.
 inline event expect(event_channel& channel, event_type want, std::chrono::milliseconds timeout, std::string const& what,
                     step s = step::other, std::optional<event_type> ignore = std::nullopt) {
-    auto const deadline = std::chrono::steady_clock::now() + timeout;
+    auto const deadline = rdmacxx::detail::deadline_after(timeout); // saturates: max() waits for ever
     for (;;) {
         auto const left =
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -263,7 +264,7 @@ public:
                 ::ibv_init_ah_from_wc(pd_->context().native_handle(), id_.port_num(), &copy,
                                       const_cast<ibv_grh*>(reinterpret_cast<ibv_grh const*>(buffer.data())), &attr);
             rc != 0) [[unlikely]]
-            rdmacxx::detail::throw_sys(rc < 0 ? -rc : rc, "ibv_init_ah_from_wc");
+            rdmacxx::detail::throw_sys(rc == -1 ? errno : (rc < 0 ? -rc : rc), "ibv_init_ah_from_wc"); // -1 + errno
         peer_ah_ = std::make_unique<address_handle>(*pd_, attr);
         peer_ud_.qp_num = wc.src_qp();
         peer_ud_.qkey = RDMA_UDP_QKEY;
@@ -290,20 +291,25 @@ public:
 
     /// Waits at most `timeout` for the connection to end: the peer disconnects or dies (seen by
     /// the monitor thread, or, for a connection on a shared channel, by another thread's
-    /// `handle`), or `disconnect` is called. Returns true when it ended — the QP is then in ERR
-    /// and a peer's disconnect has been answered — and false when the timeout passed: the
-    /// timeout is this distinct outcome, never an exception. Never blocks longer than `timeout`.
+    /// `handle`), `disconnect` is called, or a failure event ended it (`connection_state::failed`).
+    /// Returns true when it ended — the QP is then in ERR and a peer's disconnect has been
+    /// answered — and false when the timeout passed: the timeout is this distinct outcome, never
+    /// an exception. Never blocks longer than `timeout` (`milliseconds::max()`: for ever).
     [[nodiscard]] bool wait_disconnected(std::chrono::milliseconds timeout) requires(Transport::connected) {
-        return state() == connection_state::disconnected || monitor_->wait_ended(timeout, true);
+        connection_state const now = state();
+        return now == connection_state::disconnected || now == connection_state::failed ||
+               monitor_->wait_ended(timeout, true);
     }
 
     /// Updates the connection with `e`, an event for its id taken from a shared channel:
     /// `established` marks it established; `disconnected` (and `device_removal`) end it as the
     /// monitor of a connection with its own channel does: the QP to ERR (everything in flight
     /// completes with IBV_WC_WR_FLUSH_ERR), the peer's disconnect answered; `timewait_exit` is
-    /// ignored. Safe to call while another thread waits in `wait_disconnected`.
-    /// @throws the matching `cm_error` for a failure event (after ending the connection for
-    ///         `device_removal`).
+    /// ignored. A failure event (`connect_error`, `unreachable`, `rejected`: say, a client that
+    /// never completes the handshake) ends it too: the QP to ERR, the state `failed`, and
+    /// `wait_disconnected` returns true. Safe to call while another thread waits in
+    /// `wait_disconnected`.
+    /// @throws the matching `cm_error` for a failure event (after ending the connection).
     void handle(event const& e) {
         if (e.type() == event_type::timewait_exit || (monitor_->apply(e.type()) && e.ok())) return;
         e.throw_if_failed("on the connection with " + peer_name());
@@ -422,11 +428,13 @@ connection<Transport, Completion, Post> resolve(address const& destination, conn
     if (opt.reuse_address) cm_id.set_reuse_address(true);
     auto const addr_timeout = opt.deadlines.of(step::resolve_address);
     cm_id.resolve_address(destination, addr_timeout, opt.source ? &*opt.source : nullptr);
-    (void)expect(*channel, event_type::addr_resolved, addr_timeout + std::chrono::milliseconds{1000},
+    (void)expect(*channel, event_type::addr_resolved,
+                 rdmacxx::detail::saturating_add(addr_timeout, std::chrono::milliseconds{1000}),
                  "resolving the address of " + destination.to_string(), step::resolve_address);
     auto const route_timeout = opt.deadlines.of(step::resolve_route);
     cm_id.resolve_route(route_timeout);
-    (void)expect(*channel, event_type::route_resolved, route_timeout + std::chrono::milliseconds{1000},
+    (void)expect(*channel, event_type::route_resolved,
+                 rdmacxx::detail::saturating_add(route_timeout, std::chrono::milliseconds{1000}),
                  "resolving the route to " + destination.to_string(), step::resolve_route);
     return {std::move(channel), std::move(cm_id), opt.deadlines.of(step::disconnect)};
 }

@@ -6,6 +6,7 @@
 #include "rdmacxx/cm/address.hpp"
 #include "rdmacxx/cm/error.hpp"
 #include "rdmacxx/cm/event_type.hpp"
+#include "rdmacxx/detail/wait.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -229,7 +230,7 @@ public:
 private:
     // Waits at most `timeout` (negative: forever) for the next event.
     std::optional<event> wait(std::chrono::milliseconds timeout) {
-        auto const deadline = std::chrono::steady_clock::now() + timeout;
+        auto const deadline = rdmacxx::detail::deadline_after(timeout); // saturates: max() waits for ever
         for (;;) {
             if (auto e = try_get()) return e;
             int wait_ms = -1;

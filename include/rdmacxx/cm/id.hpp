@@ -159,7 +159,8 @@ public:
     }
 
     /// Starts resolving `destination` to a local RDMA device (event `addr_resolved` or
-    /// `addr_error`), from `source` when given. `timeout` bounds the resolution (milliseconds).
+    /// `addr_error`), from `source` when given. `timeout` bounds the resolution (milliseconds; more than INT_MAX,
+    /// about 24.8 days, is clamped to it).
     /// @throws not_supported_error for an AF_IB address on a host with no InfiniBand port, before
     ///         the call; route_not_found_error (ENETUNREACH, EHOSTUNREACH), address_error when the
     ///         call fails at once; sys_error otherwise.
@@ -169,18 +170,18 @@ public:
         check_address_family(destination, "rdma_resolve_addr");
         if (source != nullptr) check_address_family(src, "rdma_resolve_addr");
         if (int rc = ::rdma_resolve_addr(handle_.get(), source != nullptr ? src.native() : nullptr,
-                                         destination.native(), static_cast<int>(timeout.count()));
+                                         destination.native(), rdmacxx::detail::clamp_ms(timeout));
             rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_resolve_addr", "for " + destination.to_string(), true);
     }
 
     /// Starts resolving the route to the resolved address (event `route_resolved` or
-    /// `route_error`); `timeout` in milliseconds.
+    /// `route_error`); `timeout` in milliseconds, clamped to INT_MAX.
     /// @throws route_not_found_error (ENETUNREACH, EHOSTUNREACH), sys_error when
     ///         rdma_resolve_route(3) fails at once.
     /// @see rdma_resolve_route(3)
     void resolve_route(std::chrono::milliseconds timeout) {
-        if (int rc = ::rdma_resolve_route(handle_.get(), static_cast<int>(timeout.count())); rc != 0) [[unlikely]]
+        if (int rc = ::rdma_resolve_route(handle_.get(), rdmacxx::detail::clamp_ms(timeout)); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_resolve_route", "to " + peer_address().to_string(), true);
     }
 
@@ -516,11 +517,11 @@ private:
                             private_data_message message) {
         check_private_data(private_data, message, space());
         std::string const what = "the connection with " + peer_address().to_string();
-        ibv_qp_type const type = pending_.qp != nullptr     ? pending_.qp->qp_type
+        ibv_qp_type const type = pending_.qp != nullptr       ? pending_.qp->qp_type
                                  : space() == port_space::udp ? IBV_QPT_UD
                                                               : IBV_QPT_RC;
-        rdmacxx::detail::validate(settings, type,
-                                  rdmacxx::detail::query_device(handle_->verbs, what), what, "; nothing was sent");
+        rdmacxx::detail::validate(settings, type, rdmacxx::detail::query_device(handle_->verbs, what), what,
+                                  "; nothing was sent");
         if (space() == port_space::udp && settings.qkey != RDMA_UDP_QKEY) [[unlikely]]
             rdmacxx::detail::throw_argument("Q_Key " + std::to_string(settings.qkey) + " for " + what +
                                             ": the CM's UDP port space uses RDMA_UDP_QKEY (0x01234567, "

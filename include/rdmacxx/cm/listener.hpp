@@ -40,8 +40,7 @@ class connect_request {
 public:
     /// Takes the new id and data of a `connect_request` event `e` (already acknowledged; `e` may
     /// be kept or dropped).
-    explicit connect_request(event const& e)
-        : id_(e.id()), private_data_(e.private_data_copy()), conn_(e.conn()) {}
+    explicit connect_request(event const& e) : id_(e.id()), private_data_(e.private_data_copy()), conn_(e.conn()) {}
 
     /// The private data the peer sent with its request (the whole buffer the CM delivered,
     /// zero padded past what the peer wrote). Decode typed data with `cm::from_private_data`.
@@ -161,7 +160,8 @@ private:
                                                   connection_options const& opt) {
         check_private_data(opt.private_data, private_data_message::accept, port_space_for<Transport>);
         if (channel) id_.migrate(*channel);
-        connection<Transport, Completion, Post> c{std::move(channel), std::move(id_), opt.deadlines.of(step::disconnect)};
+        connection<Transport, Completion, Post> c{std::move(channel), std::move(id_),
+                                                  opt.deadlines.of(step::disconnect)};
         c.set_peer(std::move(private_data_), conn_);
         return c;
     }

@@ -7,6 +7,7 @@
 
 #include "rdmacxx/cm/event.hpp"
 #include "rdmacxx/cm/event_type.hpp"
+#include "rdmacxx/detail/wait.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@ enum class connection_state {
     connecting,   ///< accepted on a shared channel, `established` not seen yet
     established,  ///< data may flow
     disconnected, ///< `disconnected` (or `device_removal`) seen, or `disconnect` called; the QP is in ERR
+    failed,       ///< a failure event (`connect_error`, `unreachable`, `rejected`) ended it; the QP is in ERR
 };
 
 namespace detail {
@@ -103,9 +105,29 @@ public:
         case event_type::device_removal:
             ended();
             return true;
+        case event_type::connect_error:
+        case event_type::unreachable:
+        case event_type::rejected:
+            failed();
+            return false; // the caller reports the failure
         default:
             return false;
         }
+    }
+
+    /// The connection failed before or while it was being established (a failure event): the
+    /// QP to ERR (what was posted completes flushed), the state `failed`, every waiter woken.
+    void failed() noexcept {
+        std::lock_guard lock{mutex_};
+        if (state_.load(std::memory_order_relaxed) == connection_state::disconnected) return;
+        if (qp_ != nullptr) {
+            ibv_qp_attr attr{};
+            attr.qp_state = IBV_QPS_ERR;
+            (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
+        }
+        state_.store(connection_state::failed, std::memory_order_release);
+        event_seen_ = true;
+        changed_.notify_all();
     }
 
     /// The connection ended (the CM said so): moves the QP to ERR at once (ibv_modify_qp(3)),
@@ -146,7 +168,8 @@ public:
     /// `or_local`, also until our own `disconnect`. True when it came.
     [[nodiscard]] bool wait_ended(std::chrono::milliseconds timeout, bool or_local) {
         std::unique_lock lock{mutex_};
-        return changed_.wait_for(lock, timeout, [&] {
+        // wait_until a saturated deadline: wait_for(milliseconds::max()) would overflow.
+        return changed_.wait_until(lock, rdmacxx::detail::deadline_after(timeout), [&] {
             return event_seen_ ||
                    (or_local && state_.load(std::memory_order_relaxed) == connection_state::disconnected);
         });

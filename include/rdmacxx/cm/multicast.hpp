@@ -85,7 +85,8 @@ private:
         try {
             auto const timeout = opt.deadlines.of(step::resolve_address);
             id_.resolve_address(group_, timeout, &local);
-            (void)detail::expect(channel_, event_type::addr_resolved, timeout + std::chrono::milliseconds{1000},
+            (void)detail::expect(channel_, event_type::addr_resolved,
+                                 rdmacxx::detail::saturating_add(timeout, std::chrono::milliseconds{1000}),
                                  "resolving multicast group " + group_.to_string(), step::resolve_address);
             if (r != nullptr) {
                 detail::check_resources(*r, id_.native_handle()->verbs, "joining " + group_.to_string());

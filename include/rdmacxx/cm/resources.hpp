@@ -57,8 +57,7 @@ void check_resources(resources<Completion> const& r, ibv_context* verbs, std::st
     if (r.send_cq.native_handle()->context != verbs || r.recv_cq.native_handle()->context != verbs) [[unlikely]]
         rdmacxx::detail::throw_argument(what + ": a CQ is on another device than the one the CM resolved (" +
                                         ::ibv_get_device_name(verbs->device) + ")");
-    if (r.channel != nullptr && (!r.send_cq.delivers_to(*r.channel) || !r.recv_cq.delivers_to(*r.channel)))
-        [[unlikely]]
+    if (r.channel != nullptr && (!r.send_cq.delivers_to(*r.channel) || !r.recv_cq.delivers_to(*r.channel))) [[unlikely]]
         rdmacxx::detail::throw_argument(what + ": the completion channel given is not the one the CQs deliver to");
 }
 } // namespace detail

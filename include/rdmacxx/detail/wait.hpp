@@ -8,10 +8,12 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <ctime>
+#include <limits>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -28,6 +30,22 @@ template <class Rep, class Period>
     if (timeout >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(room))
         return clock::time_point::max();
     return now + std::chrono::ceil<clock::duration>(timeout);
+}
+
+/// `a + b`, or `milliseconds::max()` when that would overflow (a "forever" step plus slack
+/// stays forever).
+[[nodiscard]] constexpr std::chrono::milliseconds saturating_add(std::chrono::milliseconds a,
+                                                                 std::chrono::milliseconds b) noexcept {
+    using ms = std::chrono::milliseconds;
+    if (b.count() > 0 && a > ms::max() - b) return ms::max();
+    return a + b;
+}
+
+/// `timeout` in whole milliseconds as the `int` a C call takes, clamped to 0 … INT_MAX (about
+/// 24.8 days): longer is as good as forever there, and never wraps negative.
+[[nodiscard]] constexpr int clamp_ms(std::chrono::milliseconds timeout) noexcept {
+    constexpr auto most = static_cast<std::chrono::milliseconds::rep>(std::numeric_limits<int>::max());
+    return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(timeout.count(), 0, most));
 }
 
 /// Polls between clock reads while a waiter spins: a poll of an idle CQ costs a few dozen
