@@ -643,6 +643,41 @@ TEST_CASE("asio: device async events arrive through async_wait") {
     (void)q.drain(rest, 1s);
 }
 
+TEST_CASE("asio: the private data is copied when a connect or accept starts; the caller's buffer may change at once") {
+    // Before: the options held a span, and the coroutine read it two awaits later.
+    ::asio::io_context io;
+    auto const ex = io.get_executor();
+    rx::cm::listener<rx::rc> listener{test::device_address(0)};
+    auto const to = rx::cm::address::resolve(test::device_ip(), listener.port());
+    using conn = rx::cm::connection<rx::rc, rx::event_driven>;
+    std::vector<std::byte> const hello(40, std::byte{0x5a}), welcome(100, std::byte{0xa5});
+    rx::cm::connection_options sopt, copt;
+    sopt.private_data = welcome;
+    copt.private_data = hello;
+    std::optional<conn> server, client;
+    rxa::async_accept<rx::event_driven>(ex, listener, sopt, [&](std::exception_ptr e, std::optional<conn> c) {
+        CHECK_FALSE(e);
+        if (c) server.emplace(std::move(*c));
+    });
+    auto f = rxa::async_connect<rx::rc, rx::event_driven>(ex, to, copt, ::asio::use_future);
+    // Both operations have started; nothing has run yet. Overwrite the callers' buffers.
+    std::fill(sopt.private_data.begin(), sopt.private_data.end(), std::byte{0});
+    std::fill(copt.private_data.begin(), copt.private_data.end(), std::byte{0});
+    std::jthread runner{[&] { io.run_for(30s); }};
+    REQUIRE(f.wait_for(30s) == std::future_status::ready);
+    if (auto c = f.get()) client.emplace(std::move(*c));
+    runner.join();
+    REQUIRE(server);
+    REQUIRE(client);
+    auto const got_by_server = server->peer_private_data(), got_by_client = client->peer_private_data();
+    REQUIRE(got_by_server.size() >= hello.size());
+    REQUIRE(got_by_client.size() >= welcome.size());
+    CHECK(std::equal(hello.begin(), hello.end(), got_by_server.begin()));
+    CHECK(std::equal(welcome.begin(), welcome.end(), got_by_client.begin()));
+    client->disconnect(10s);
+    CHECK(server->wait_disconnected(10s));
+}
+
 TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's disconnect fails every pending receive") {
     ::asio::io_context io;
     auto const ex = io.get_executor();
