@@ -452,8 +452,8 @@ public:
     [[nodiscard]] ibv_context* native_handle() const noexcept { return handle_.get(); }
 
     /// @cond
-    // The stable cell through which protection domains, CQs and end ports find this context.
-    [[nodiscard]] context* const* anchor_cell() const noexcept { return anchor_.cell(); }
+    // The stable cell through which the objects made from this context find it.
+    [[nodiscard]] detail::link<context> anchor_cell() const noexcept { return anchor_.cell(); }
     /// @endcond
 
 private:
