@@ -77,7 +77,7 @@ public:
     /// Takes over `other`'s channel (what refers to it follows it here); `other` is left empty.
     completion_channel(completion_channel&& other) noexcept
         : anchor_(std::move(other.anchor_), this), handle_(std::move(other.handle_)) {}
-    /// Destroys the channel held (its CQs must be gone), then takes over `other`'s; self-move is
+    /// Destroys the channel held, as the destructor does, then takes over `other`'s; self-move is
     /// a no-op.
     completion_channel& operator=(completion_channel&& other) noexcept {
         if (this != &other) {
@@ -224,7 +224,7 @@ public:
         : ctx_(other.ctx_), own_channel_(std::move(other.own_channel_)), cq_(std::move(other.cq_)),
           unacked_(std::exchange(other.unacked_, 0U)), ledger_(std::move(other.ledger_)),
           anchor_(std::move(other.anchor_), this) {}
-    /// Destroys the CQ held as the destructor does (its QPs must be gone), then takes over
+    /// Destroys the CQ held as the destructor does, then takes over
     /// `other`'s; self-move is a no-op.
     completion_queue& operator=(completion_queue&& other) noexcept {
         if (this != &other) {

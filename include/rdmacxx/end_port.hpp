@@ -22,8 +22,9 @@ inline namespace v0 {
 
 /// A port of an open device and the GID table entry connections from it use, with the port's
 /// attributes as they were when it was made. Queue pairs take it to move to INIT and RTR.
-/// Holds a non-owning reference to its `context`, which must outlive it and may move: the end
-/// port follows it (`context()` names it wherever it is now).
+/// Finds its `context` through the context's cell: it follows the context when that moves
+/// (`context()` names it wherever it is now), and `context()` throws `orphaned_error` once the
+/// context is gone (see docs/ownership.md); it owns nothing on the device.
 /// Thread-safety: immutable after construction.
 class end_port {
 public:

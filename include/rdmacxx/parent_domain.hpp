@@ -49,7 +49,7 @@ public:
     /// Takes over `other`'s parent domain and the objects made in it; `other` is left empty.
     parent_domain(parent_domain&& other) noexcept
         : protection_domain(static_cast<protection_domain&&>(other)), pd_(other.pd_), td_(other.td_) {}
-    /// Deallocates the parent domain held (everything made in it must be gone), then takes over
+    /// Deallocates the parent domain held, as the destructor does, then takes over
     /// `other`'s.
     parent_domain& operator=(parent_domain&& other) noexcept {
         if (this != &other) {

@@ -43,7 +43,7 @@ public:
     /// Takes over `other`'s domain and the objects made in it; `other` is left empty.
     protection_domain(protection_domain&& other) noexcept
         : context_(other.context_), handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
-    /// Deallocates the domain held (everything made in it must be gone), then takes over
+    /// Deallocates the domain held, as the destructor does, then takes over
     /// `other`'s; self-move is a no-op.
     protection_domain& operator=(protection_domain&& other) noexcept {
         if (this != &other) {

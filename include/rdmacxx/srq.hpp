@@ -44,7 +44,7 @@ public:
     shared_receive_queue(shared_receive_queue&& other) noexcept
         : anchor_(std::move(other.anchor_), this), srq_(std::move(other.srq_)),
           max_wr_(std::exchange(other.max_wr_, 0U)) {}
-    /// Destroys the SRQ held (its QPs must be gone), then takes over `other`'s; self-move is a no-op.
+    /// Destroys the SRQ held, as the destructor does, then takes over `other`'s; self-move is a no-op.
     shared_receive_queue& operator=(shared_receive_queue&& other) noexcept {
         if (this != &other) {
             srq_ = std::move(other.srq_);

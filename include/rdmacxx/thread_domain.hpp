@@ -43,8 +43,8 @@ public:
     /// here); `other` is left empty.
     thread_domain(thread_domain&& other) noexcept
         : context_(other.context_), handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
-    /// Deallocates the thread domain held (every parent domain made with it must be gone), then
-    /// takes over `other`'s; self-move is a no-op.
+    /// Deallocates the thread domain held, as the destructor does, then takes over `other`'s;
+    /// self-move is a no-op.
     thread_domain& operator=(thread_domain&& other) noexcept {
         if (this != &other) {
             context_ = other.context_;

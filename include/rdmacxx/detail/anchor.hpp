@@ -64,7 +64,7 @@ private:
 /// cell, shared with the children made from it, that holds the address of the object owning it
 /// now. The owner re-points the cell when it moves and nulls it when it is destroyed (or
 /// replaced by a move assignment), so a child always finds its parent wherever it has moved to,
-/// and finds out (`orphaned_error`) instead of reading freed memory when it has outlived it.
+/// and finds out (`orphaned_error`) instead of reading freed memory when its parent is gone.
 /// Empty in a moved-from owner.
 template <class T>
 class anchor {
