@@ -448,9 +448,16 @@ TEST_CASE("ownership: CM listeners, connections on own, shared and user resource
         srv.join();
         return std::pair{std::move(client), std::move(server)};
     };
-    auto [own_client, own_server] = own_pair();
-    auto [shared_client, shared_server] = shared_pair();
-    auto [user_client, user_server] = user_pair(*client_qp, *server_qp);
+    // Named pairs, not structured bindings: clang 14 cannot capture those in a lambda.
+    auto own = own_pair();
+    auto shared = shared_pair();
+    auto user = user_pair(*client_qp, *server_qp);
+    auto& own_client = own.first;
+    auto& own_server = own.second;
+    auto& shared_client = shared.first;
+    auto& shared_server = shared.second;
+    auto& user_client = user.first;
+    auto& user_server = user.second;
 
     // Multicast: a receiving and a sending member of one group.
     auto const group = cm::address::resolve("239.1.2.3", 0);
@@ -508,16 +515,16 @@ TEST_CASE("ownership: CM listeners, connections on own, shared and user resource
     use("after every object moved to a new address");
 
     // Live spares of every kind, then each object assigned into its spare.
-    auto [spare_own_client, spare_own_server] = own_pair();
-    auto [spare_shared_client, spare_shared_server] = shared_pair();
-    auto [spare_user_client, spare_user_server] = user_pair(*spare_client_qp, *spare_server_qp);
+    auto spare_own = own_pair();
+    auto spare_shared = shared_pair();
+    auto spare_user = user_pair(*spare_client_qp, *spare_server_qp);
     assign_into(listener, std::make_unique<cm::listener<rx::rc>>(test::device_address()));
-    assign_into(own_client, std::move(spare_own_client));
-    assign_into(own_server, std::move(spare_own_server));
-    assign_into(shared_client, std::move(spare_shared_client));
-    assign_into(shared_server, std::move(spare_shared_server));
-    assign_into(user_client, std::move(spare_user_client));
-    assign_into(user_server, std::move(spare_user_server));
+    assign_into(own_client, std::move(spare_own.first));
+    assign_into(own_server, std::move(spare_own.second));
+    assign_into(shared_client, std::move(spare_shared.first));
+    assign_into(shared_server, std::move(spare_shared.second));
+    assign_into(user_client, std::move(spare_user.first));
+    assign_into(user_server, std::move(spare_user.second));
     assign_into(shared_pd, std::make_unique<rx::protection_domain>(ctx));
     assign_into(shared_channel, std::make_unique<rx::completion_channel>(ctx));
     assign_into(shared_cq, std::make_unique<rx::completion_queue<rx::event_driven>>(ctx, 16, *shared_channel));
