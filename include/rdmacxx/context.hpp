@@ -268,7 +268,7 @@ public:
     explicit context(ibv_context* handle) : handle_(handle), anchor_(this) {}
     /// Takes over `other`'s device and the objects made from it; `other` is left empty.
     context(context&& other) noexcept : handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
-    /// Closes the device held (every object made from it must be gone), then takes over
+    /// Closes the device held, as the destructor does, then takes over
     /// `other`'s; self-move is a no-op.
     context& operator=(context&& other) noexcept {
         if (this != &other) {
@@ -452,8 +452,8 @@ public:
     [[nodiscard]] ibv_context* native_handle() const noexcept { return handle_.get(); }
 
     /// @cond
-    // The stable cell through which protection domains, CQs and end ports find this context.
-    [[nodiscard]] context* const* anchor_cell() const noexcept { return anchor_.cell(); }
+    // The stable cell through which the objects made from this context find it.
+    [[nodiscard]] detail::link<context> anchor_cell() const noexcept { return anchor_.cell(); }
     /// @endcond
 
 private:

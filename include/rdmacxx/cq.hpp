@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -60,17 +61,35 @@ concept completion_strategy = requires {
 };
 
 /// A completion channel (`ibv_comp_channel`): the file descriptor CQ events arrive on. One
-/// channel may serve several CQs. Move-only; must outlive the CQs bound to it.
+/// channel may serve several CQs. Move-only; must outlive the CQs bound to it (the device
+/// refuses to free it before). It may move after they were made: what refers to it (a
+/// `cm::connection`, the Asio dispatcher) follows it (see docs/ownership.md).
 /// Thread-safety: one thread waits on a channel at a time.
 /// @see ibv_create_comp_channel(3)
 class completion_channel {
 public:
     /// Creates a channel on `ctx`.
     /// @throws sys_error when ibv_create_comp_channel(3) fails.
-    explicit completion_channel(context& ctx) : handle_(::ibv_create_comp_channel(ctx.native_handle())) {
+    explicit completion_channel(context& ctx) : anchor_(this), handle_(::ibv_create_comp_channel(ctx.native_handle())) {
         if (!handle_) [[unlikely]]
             detail::throw_errno("ibv_create_comp_channel");
     }
+    /// Takes over `other`'s channel (what refers to it follows it here); `other` is left empty.
+    completion_channel(completion_channel&& other) noexcept
+        : anchor_(std::move(other.anchor_), this), handle_(std::move(other.handle_)) {}
+    /// Destroys the channel held, as the destructor does, then takes over `other`'s; self-move is
+    /// a no-op.
+    completion_channel& operator=(completion_channel&& other) noexcept {
+        if (this != &other) {
+            handle_ = std::move(other.handle_);
+            anchor_.take(std::move(other.anchor_), this);
+        }
+        return *this;
+    }
+    completion_channel(completion_channel const&) = delete;
+    completion_channel& operator=(completion_channel const&) = delete;
+    /// Destroys the channel (ibv_destroy_comp_channel(3)).
+    ~completion_channel() = default;
 
     /// The file descriptor, readable when an event is pending; for epoll/poll.
     [[nodiscard]] int fd() const noexcept { return handle_->fd; }
@@ -123,10 +142,16 @@ public:
     /// The verbs handle.
     [[nodiscard]] ibv_comp_channel* native_handle() const noexcept { return handle_.get(); }
 
+    /// @cond
+    // The stable cell through which the objects that use this channel find it.
+    [[nodiscard]] detail::link<completion_channel> anchor_cell() const noexcept { return anchor_.cell(); }
+    /// @endcond
+
 private:
     struct deleter {
         void operator()(ibv_comp_channel* c) const noexcept { (void)::ibv_destroy_comp_channel(c); }
     };
+    detail::anchor<completion_channel> anchor_; // before handle_: made first, so nothing leaks when it throws
     std::unique_ptr<ibv_comp_channel, deleter> handle_;
 };
 
@@ -199,7 +224,7 @@ public:
         : ctx_(other.ctx_), own_channel_(std::move(other.own_channel_)), cq_(std::move(other.cq_)),
           unacked_(std::exchange(other.unacked_, 0U)), ledger_(std::move(other.ledger_)),
           anchor_(std::move(other.anchor_), this) {}
-    /// Destroys the CQ held as the destructor does (its QPs must be gone), then takes over
+    /// Destroys the CQ held as the destructor does, then takes over
     /// `other`'s; self-move is a no-op.
     completion_queue& operator=(completion_queue&& other) noexcept {
         if (this != &other) {
@@ -336,7 +361,8 @@ public:
     /// The number of entries the CQ really has (at least the number asked for).
     [[nodiscard]] int capacity() const noexcept { return cq_->cqe; }
     /// The context the CQ lives on, wherever it has moved to.
-    [[nodiscard]] rdmacxx::context& context() const noexcept { return **ctx_; }
+    /// @throws orphaned_error when the context was destroyed.
+    [[nodiscard]] rdmacxx::context& context() const { return ctx_.get("CQ", "context"); }
     /// The verbs handle.
     [[nodiscard]] ibv_cq* native_handle() const noexcept { return cq_.get(); }
 
@@ -345,8 +371,8 @@ public:
     [[nodiscard]] std::shared_ptr<detail::cq_ledger> const& in_flight_ledger() const noexcept requires(tracked) {
         return ledger_;
     }
-    // The stable cell through which selective_signaling finds this CQ.
-    [[nodiscard]] completion_queue* const* anchor_cell() const noexcept { return anchor_.cell(); }
+    // The stable cell through which the objects that use this CQ find it.
+    [[nodiscard]] detail::link<completion_queue> anchor_cell() const noexcept { return anchor_.cell(); }
     /// @endcond
 
 protected:
@@ -441,7 +467,7 @@ private:
     }
 
     void create(int min_entries, completion_channel* channel, cq_options const& opt) {
-        cq_.reset(::ibv_create_cq((*ctx_)->native_handle(), min_entries, opt.user_context,
+        cq_.reset(::ibv_create_cq(context().native_handle(), min_entries, opt.user_context,
                                   channel != nullptr ? channel->native_handle() : nullptr, opt.comp_vector));
         if (!cq_) [[unlikely]]
             detail::throw_errno("ibv_create_cq", [&] { return "with " + std::to_string(min_entries) + " entries"; });
@@ -480,7 +506,7 @@ private:
     struct deleter {
         void operator()(ibv_cq* c) const noexcept { (void)::ibv_destroy_cq(c); }
     };
-    rdmacxx::context* const* ctx_;                    // the context's stable cell: valid when the context moves
+    detail::link<rdmacxx::context> ctx_;              // the context's stable cell: valid when the context moves
     std::unique_ptr<completion_channel> own_channel_; // destroyed after cq_ (see destroy())
     std::unique_ptr<ibv_cq, deleter> cq_;
     unsigned unacked_ = 0;

@@ -22,8 +22,9 @@ inline namespace v0 {
 
 /// A port of an open device and the GID table entry connections from it use, with the port's
 /// attributes as they were when it was made. Queue pairs take it to move to INIT and RTR.
-/// Holds a non-owning reference to its `context`, which must outlive it and may move: the end
-/// port follows it (`context()` names it wherever it is now).
+/// Finds its `context` through the context's cell: it follows the context when that moves
+/// (`context()` names it wherever it is now), and `context()` throws `orphaned_error` once the
+/// context is gone (see docs/ownership.md); it owns nothing on the device.
 /// Thread-safety: immutable after construction.
 class end_port {
 public:
@@ -42,7 +43,8 @@ public:
           gid_(ctx.select_gid(port_num, want)) {}
 
     /// The open device, wherever it has moved to.
-    [[nodiscard]] rdmacxx::context& context() const noexcept { return **context_; }
+    /// @throws orphaned_error when the context was destroyed.
+    [[nodiscard]] rdmacxx::context& context() const { return context_.get("end port", "context"); }
     /// The 1-based port number.
     [[nodiscard]] std::uint8_t port_num() const noexcept { return port_num_; }
     /// The port's attributes when this end port was made.
@@ -66,7 +68,7 @@ private:
         return s;
     }
 
-    rdmacxx::context* const* context_; // the context's stable cell: valid when the context moves
+    detail::link<rdmacxx::context> context_; // the context's stable cell: valid when the context moves
     std::uint8_t port_num_;
     port_attributes attributes_;
     gid_entry gid_;
@@ -199,20 +201,20 @@ private:
     std::string text_;
 };
 
-/// An opened device and one of its ports: what `get_end_port` returns. Owns the `context`
-/// (on the heap, so that the `end_port` inside, which refers to it, stays valid when this object
-/// moves) and converts to `end_port const&`, so it can be passed wherever an `end_port` is taken.
-/// Move-only. Thread-safety: as `context` and `end_port`.
+/// An opened device and one of its ports: what `get_end_port` returns. Owns the `context` and
+/// converts to `end_port const&`, so it can be passed wherever an `end_port` is taken. Move-only:
+/// the `end_port` inside follows the context through its cell when this object moves (see
+/// docs/ownership.md). Thread-safety: as `context` and `end_port`.
 class opened_end_port {
 public:
     /// Takes an opened context and builds the end port `port_num` on it with the GID `want`
     /// selects.
     /// @throws as `end_port`'s constructor.
     opened_end_port(rdmacxx::context ctx, std::uint8_t port_num, gid_selector const& want = {})
-        : context_(std::make_unique<rdmacxx::context>(std::move(ctx))), port_(*context_, port_num, want) {}
+        : context_(std::move(ctx)), port_(context_, port_num, want) {}
 
     /// The open device.
-    [[nodiscard]] rdmacxx::context& context() const noexcept { return *context_; }
+    [[nodiscard]] rdmacxx::context& context() const noexcept { return context_; }
     /// The port and its chosen GID.
     [[nodiscard]] end_port const& port() const noexcept { return port_; }
     /// The port and its chosen GID.
@@ -227,8 +229,10 @@ public:
     [[nodiscard]] std::string to_string() const { return port_.to_string(); }
 
 private:
-    std::unique_ptr<rdmacxx::context> context_;
-    end_port port_;
+    // Mutable: an end port hands out its device to make resources on, const or not (as the
+    // `end_port` inside does, and as this did when it held the context on the heap).
+    mutable rdmacxx::context context_;
+    end_port port_; // follows context_ through its cell
 };
 
 namespace detail {

@@ -258,6 +258,16 @@ public:
         : error(std::make_error_code(code), std::move(message)) {}
 };
 
+/// An object used after the object it was made from (its parent: the context of a PD, the PD
+/// of a QP, the QP of a `selective_signaling`, …) was destroyed, or replaced by a move
+/// assignment: what would otherwise read freed memory (see docs/ownership.md). Its code is
+/// `std::errc::owner_dead`.
+class orphaned_error : public error {
+public:
+    /// @param message which object and which parent
+    explicit orphaned_error(std::string message) : error(std::make_error_code(std::errc::owner_dead), std::move(message)) {}
+};
+
 /// A work request the provider refused to post (python-rdma's `WRError`): `bad_index()` is the
 /// position of the refused request in the chain that was posted (0 for a single request); the
 /// requests before it were posted and will complete, the ones from it on were not.

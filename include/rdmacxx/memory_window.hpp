@@ -128,7 +128,8 @@ public:
         return {address_, length_ / sizeof(T), rkey_};
     }
     /// The protection domain, wherever it has moved to.
-    [[nodiscard]] protection_domain& pd() const noexcept { return **pd_; }
+    /// @throws orphaned_error when the protection domain was destroyed.
+    [[nodiscard]] protection_domain& pd() const { return pd_.get("memory window", "protection domain"); }
     /// The verbs handle; null in a moved-from window.
     [[nodiscard]] ibv_mw* native_handle() const noexcept { return handle_.get(); }
 
@@ -210,7 +211,7 @@ private:
     struct deleter {
         void operator()(ibv_mw* p) const noexcept { (void)::ibv_dealloc_mw(p); }
     };
-    protection_domain* const* pd_;
+    detail::link<protection_domain> pd_;
     std::unique_ptr<ibv_mw, deleter> handle_;
     std::uint32_t rkey_ = 0;
     std::uint64_t address_ = 0;

@@ -24,10 +24,12 @@ inline namespace v0 {
 /// single-threaded resource policy (see `thread_domain`): the provider may post to and poll
 /// them without locks, and the program must drive each from one thread at a time.
 ///
-/// Owns the parent domain's handle (freed with ibv_dealloc_pd(3)); move-only; the protection
-/// domain and the thread domain it was made from must outlive it, as must it everything made in
-/// it. Do not move it into a plain `protection_domain` variable: that keeps the handle but
-/// forgets `pd()` and `td()`.
+/// Owns the parent domain's handle (freed with ibv_dealloc_pd(3)); move-only. It finds the
+/// protection domain and the thread domain it was made from wherever they have moved to (`pd()`,
+/// `td()`), and what is made in it follows it as it follows any protection domain (see
+/// docs/ownership.md). They must outlive it, and it everything made in it (the device refuses
+/// to free them while it exists). Moving it into a plain `protection_domain` variable, which
+/// would keep the handle but forget `pd()` and `td()`, does not compile.
 ///
 /// Many devices (rxe among them) have no parent domains: the constructor then throws
 /// `not_supported_error` and the program uses the protection domain itself.
@@ -45,23 +47,34 @@ public:
     ///         another context than `pd` (before anything reaches the device).
     parent_domain(protection_domain& pd, thread_domain& td) : parent_domain(pd, &checked(pd, td)) {}
     /// Takes over `other`'s parent domain and the objects made in it; `other` is left empty.
-    parent_domain(parent_domain&& other) noexcept = default;
-    /// Deallocates the parent domain held (everything made in it must be gone), then takes over
+    parent_domain(parent_domain&& other) noexcept
+        : protection_domain(static_cast<protection_domain&&>(other)), pd_(other.pd_), td_(other.td_) {}
+    /// Deallocates the parent domain held, as the destructor does, then takes over
     /// `other`'s.
-    parent_domain& operator=(parent_domain&& other) noexcept = default;
+    parent_domain& operator=(parent_domain&& other) noexcept {
+        if (this != &other) {
+            protection_domain::operator=(static_cast<protection_domain&&>(other));
+            pd_ = other.pd_;
+            td_ = other.td_;
+        }
+        return *this;
+    }
     parent_domain(parent_domain const&) = delete;
     parent_domain& operator=(parent_domain const&) = delete;
     /// Deallocates the parent domain (ibv_dealloc_pd(3)).
     ~parent_domain() = default;
 
     /// The protection domain it was made from, wherever it has moved to.
-    [[nodiscard]] protection_domain& pd() const noexcept { return **pd_; }
-    /// The thread domain it was made with, or null when it has none.
-    [[nodiscard]] thread_domain* td() const noexcept { return td_; }
+    /// @throws orphaned_error when that protection domain was destroyed.
+    [[nodiscard]] protection_domain& pd() const { return pd_.get("parent domain", "protection domain"); }
+    /// The thread domain it was made with, wherever it has moved to, or null when it has none.
+    /// @throws orphaned_error when that thread domain was destroyed.
+    [[nodiscard]] thread_domain* td() const { return td_.get_optional("parent domain", "thread domain"); }
 
 private:
     parent_domain(protection_domain& pd, thread_domain* td)
-        : protection_domain(pd.context(), allocate(pd, td)), pd_(pd.anchor_cell()), td_(td) {}
+        : protection_domain(pd.context(), allocate(pd, td)), pd_(pd.anchor_cell()),
+          td_(td != nullptr ? td->anchor_cell() : detail::link<thread_domain>{}) {}
 
     static thread_domain& checked(protection_domain& pd, thread_domain& td) {
         if (td.native_handle() == nullptr) [[unlikely]]
@@ -85,8 +98,8 @@ private:
         return parent;
     }
 
-    protection_domain* const* pd_;
-    thread_domain* td_;
+    detail::link<protection_domain> pd_;
+    detail::link<thread_domain> td_; // empty when it has none
 };
 
 } // namespace v0

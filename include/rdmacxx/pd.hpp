@@ -9,19 +9,22 @@
 #include "rdmacxx/access.hpp"
 
 #include <cerrno>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 
 namespace rdmacxx {
 inline namespace v0 {
 
 class memory_region;
 
-/// A protection domain (`ibv_pd`). Owns the handle; move-only; holds a non-owning reference to
-/// its `context`, which must outlive it, as must it every region and QP made in it.
+/// A protection domain (`ibv_pd`). Owns the handle; move-only. The context must outlive it, and
+/// it every region, window, QP, SRQ and address handle made in it (the device refuses to free
+/// them while they exist; see docs/ownership.md).
 ///
 /// Either may move after the other exists: the domain follows its context (`context()` names it
 /// wherever it is now), and QPs follow the domain (`queue_pair::pd()`). A moved-from domain is
@@ -40,7 +43,7 @@ public:
     /// Takes over `other`'s domain and the objects made in it; `other` is left empty.
     protection_domain(protection_domain&& other) noexcept
         : context_(other.context_), handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
-    /// Deallocates the domain held (everything made in it must be gone), then takes over
+    /// Deallocates the domain held, as the destructor does, then takes over
     /// `other`'s; self-move is a no-op.
     protection_domain& operator=(protection_domain&& other) noexcept {
         if (this != &other) {
@@ -52,6 +55,17 @@ public:
     }
     protection_domain(protection_domain const&) = delete;
     protection_domain& operator=(protection_domain const&) = delete;
+    /// Moving a derived domain (a `parent_domain`) into a plain one would keep its handle and
+    /// forget what it was made from: it does not compile.
+    template <class Derived>
+        requires(std::derived_from<std::remove_cvref_t<Derived>, protection_domain> &&
+                 !std::same_as<std::remove_cvref_t<Derived>, protection_domain>)
+    protection_domain(Derived&&) = delete;
+    /// As the constructor above: assigning a derived domain to a plain one does not compile.
+    template <class Derived>
+        requires(std::derived_from<std::remove_cvref_t<Derived>, protection_domain> &&
+                 !std::same_as<std::remove_cvref_t<Derived>, protection_domain>)
+    protection_domain& operator=(Derived&&) = delete;
     /// Deallocates the domain (ibv_dealloc_pd(3)).
     ~protection_domain() = default;
 
@@ -106,13 +120,14 @@ public:
     }
 
     /// The context this domain belongs to, wherever it has moved to.
-    [[nodiscard]] rdmacxx::context& context() const noexcept { return **context_; }
+    /// @throws orphaned_error when the context was destroyed.
+    [[nodiscard]] rdmacxx::context& context() const { return context_.get("protection domain", "context"); }
     /// The verbs handle.
     [[nodiscard]] ibv_pd* native_handle() const noexcept { return handle_.get(); }
 
     /// @cond
     // The stable cell through which queue pairs find this domain.
-    [[nodiscard]] protection_domain* const* anchor_cell() const noexcept { return anchor_.cell(); }
+    [[nodiscard]] detail::link<protection_domain> anchor_cell() const noexcept { return anchor_.cell(); }
     /// @endcond
 
 protected:
@@ -127,7 +142,7 @@ private:
     struct deleter {
         void operator()(ibv_pd* p) const noexcept { (void)::ibv_dealloc_pd(p); }
     };
-    rdmacxx::context* const* context_;
+    detail::link<rdmacxx::context> context_;
     std::unique_ptr<ibv_pd, deleter> handle_;
     detail::anchor<protection_domain> anchor_; // after handle_: the domain is freed when it throws
 };

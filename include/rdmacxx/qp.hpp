@@ -39,8 +39,11 @@ inline namespace v0 {
 /// A queue pair of transport `Transport` (`rc`, `uc`, `ud`) whose CQs use the completion
 /// strategy `Completion` (`busy_poll`, `event_driven`).
 ///
-/// Owns the `ibv_qp`; move-only; references its protection domain and CQs, which must outlive
-/// it. It starts in RESET; `connect` (RC, UC) or `activate` (UD) walks RESET → INIT → RTR → RTS,
+/// Owns the `ibv_qp`; move-only. It finds its protection domain wherever that has moved to
+/// (`pd()`, through the domain's cell), and may itself move after objects that use it were made
+/// (`selective_signaling`, a `cm::connection` on it): they follow it the same way (see
+/// docs/ownership.md). Its protection domain and CQs must outlive it (the device refuses to free
+/// them while it exists). It starts in RESET; `connect` (RC, UC) or `activate` (UD) walks RESET → INIT → RTR → RTS,
 /// and the single steps are public too.
 ///
 /// Posting: `post(wr…)` takes one or more typed send requests and posts them as one chain with
@@ -81,9 +84,10 @@ public:
     /// cm/id.hpp). `caps` are what it was created with, `path_mtu_bytes` the largest UD message
     /// (0 for a connected QP). Its PSN is the CM's: `psn()` reads 0. Destroyed with
     /// ibv_destroy_qp(3) as any other; whoever created it on a CM id clears `id->qp` first.
+    /// @throws std::bad_alloc when its cell cannot be allocated (the handle is then destroyed).
     queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
-               std::uint32_t path_mtu_bytes = 0) noexcept
-        : pd_(pd.anchor_cell()), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {}
+               std::uint32_t path_mtu_bytes = 0)
+        : pd_(pd.anchor_cell()), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes), anchor_(this) {}
 
     /// As the adopting constructor above, also naming the QP's CQs: a `checked` QP attaches its
     /// in-flight ledger to them (rdmacxx::cm::id::create_qp uses this one; a checked QP adopted
@@ -92,7 +96,7 @@ public:
     queue_pair(adopt_qp_t, protection_domain& pd, ibv_qp* handle, qp_capabilities const& caps,
                std::uint32_t path_mtu_bytes, completion_queue<Completion>& send_cq,
                completion_queue<Completion>& recv_cq)
-        : pd_(pd.anchor_cell()), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes) {
+        : pd_(pd.anchor_cell()), qp_(handle), caps_(caps), path_mtu_bytes_(path_mtu_bytes), anchor_(this) {
         if constexpr (tracked)
             if (qp_) track(send_cq, recv_cq);
     }
@@ -100,7 +104,7 @@ public:
 private:
     queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
                shared_receive_queue* srq, qp_capabilities const& caps)
-        : pd_(pd.anchor_cell()) {
+        : pd_(pd.anchor_cell()), anchor_(this) {
         ibv_qp_init_attr init{};
         init.srq = srq != nullptr ? srq->native_handle() : nullptr;
         init.send_cq = send_cq.native_handle();
@@ -346,11 +350,20 @@ public:
     /// How long destroying a `checked` QP waits for the flushed completions of its work in flight.
     static constexpr std::chrono::milliseconds drain_timeout{5000};
 
-    queue_pair(queue_pair&&) noexcept = default;
-    /// Takes `other`'s QP; a `checked` QP first retires its own work in flight as the destructor does.
+    /// Takes over `other`'s QP and the objects that use it (they follow it here); `other` is left
+    /// empty.
+    queue_pair(queue_pair&& other) noexcept
+        : pd_(other.pd_), tracking_(std::move(other.tracking_)), qp_(std::move(other.qp_)),
+          qpx_(std::exchange(other.qpx_, {})), caps_(other.caps_), psn_(other.psn_),
+          path_mtu_bytes_(other.path_mtu_bytes_), atomics_(other.atomics_), window_ops_(other.window_ops_),
+          anchor_(std::move(other.anchor_), this) {}
+    /// Takes `other`'s QP; a `checked` QP first retires its own work in flight as the destructor
+    /// does. The objects that used the QP held are orphaned (`orphaned_error`); those of `other`'s
+    /// follow it here.
     queue_pair& operator=(queue_pair&& other) noexcept {
         if (this != &other) {
             retire_in_flight(true);
+            qp_.reset(); // the QP held goes before the ledger that accounts for it
             pd_ = other.pd_;
             qp_ = std::move(other.qp_);
             qpx_ = std::exchange(other.qpx_, {});
@@ -360,6 +373,7 @@ public:
             path_mtu_bytes_ = other.path_mtu_bytes_;
             atomics_ = other.atomics_;
             window_ops_ = other.window_ops_;
+            anchor_.take(std::move(other.anchor_), this);
         }
         return *this;
     }
@@ -554,8 +568,14 @@ public:
         return try_submit(chain);
     }
 
-    /// The protection domain.
-    [[nodiscard]] protection_domain& pd() const noexcept { return **pd_; }
+    /// The protection domain, wherever it has moved to.
+    /// @throws orphaned_error when the protection domain was destroyed.
+    [[nodiscard]] protection_domain& pd() const { return pd_.get("queue pair", "protection domain"); }
+
+    /// @cond
+    // The stable cell through which the objects that use this QP find it.
+    [[nodiscard]] detail::link<queue_pair> anchor_cell() const noexcept { return anchor_.cell(); }
+    /// @endcond
     /// The verbs handle.
     [[nodiscard]] ibv_qp* native_handle() const noexcept { return qp_.get(); }
 
@@ -620,7 +640,7 @@ private:
     struct deleter {
         void operator()(ibv_qp* q) const noexcept { (void)::ibv_destroy_qp(q); }
     };
-    protection_domain* const* pd_; // the domain's stable cell: valid when the domain moves
+    detail::link<protection_domain> pd_; // the domain's stable cell: valid when the domain moves
     struct untracked {};
     // Before qp_: destroyed after it, so that the ledger outlives the ibv_qp it accounts for.
     [[no_unique_address]] std::conditional_t<tracked, std::unique_ptr<detail::qp_tracking>, untracked> tracking_{};
@@ -632,6 +652,7 @@ private:
     std::uint32_t path_mtu_bytes_ = 0;
     bool atomics_ = true;
     bool window_ops_ = true; // false: an extended QP whose device refused the memory-window operations
+    detail::anchor<queue_pair> anchor_; // after qp_: the QP is destroyed when it throws
 };
 
 } // namespace v0

@@ -4,6 +4,7 @@
 /// completion on every n-th only and accounts for the rest.
 
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
 
 #include <cstddef>
@@ -19,6 +20,11 @@ inline namespace v0 {
 /// send queue (it waits for a signaled completion, retiring the whole batch before it, when
 /// the queue is full) nor the CQ (one entry per batch).
 ///
+/// It finds its QP and CQ wherever they have moved to (through their cells; see
+/// docs/ownership.md), so any of the three may move while the stream runs; used after its QP or
+/// CQ was destroyed, it throws `orphaned_error`. `QueuePair` is a `queue_pair` (any transport,
+/// strategy and post policy, `checked` or not).
+///
 /// The QP's send CQ must serve this stream alone while it runs. A failed request completes even
 /// when unsignaled: waiting then throws `wc_error`. The last request of a stream must be
 /// signaled (`post(wr, true)`) or fall on a batch boundary before `finish()`.
@@ -32,7 +38,7 @@ public:
     /// request (1 ≤ every ≤ the QP's max_send_wr).
     /// @throws argument_error for `every` out of range.
     selective_signaling(QueuePair& qp, completion_queue<completion_type>& send_cq, std::uint32_t every)
-        : qp_(&qp), cq_(send_cq.anchor_cell()), every_(every), depth_(qp.capabilities().max_send_wr),
+        : qp_(qp.anchor_cell()), cq_(send_cq.anchor_cell()), every_(every), depth_(qp.capabilities().max_send_wr),
           batches_(depth_ + 1) {
         if (every == 0 || every > depth_) [[unlikely]]
             detail::throw_argument("selective signaling every " + std::to_string(every) +
@@ -48,7 +54,7 @@ public:
             retire_one();
         bool const signal = last || since_signal_ + 1 == every_;
         wr.signaled(signal);
-        qp_->post(wr);
+        qp_.get("selective signaling stream", "queue pair").post(wr);
         ++outstanding_;
         ++posted_;
         ++since_signal_;
@@ -79,13 +85,13 @@ private:
     void retire_one() {
         if (head_ == tail_) [[unlikely]]
             detail::throw_argument("the send queue is full of unsignaled requests: signal more often");
-        (*cq_)->wait_one().throw_if_error();
+        cq_.get("selective signaling stream", "CQ").wait_one().throw_if_error();
         outstanding_ -= batches_[head_];
         head_ = (head_ + 1) % batches_.size();
     }
 
-    QueuePair* qp_;
-    completion_queue<completion_type>* const* cq_; // the CQ's stable cell: valid when the CQ moves
+    detail::link<QueuePair> qp_;                   // the QP's stable cell: valid when the QP moves
+    detail::link<completion_queue<completion_type>> cq_; // the CQ's stable cell: valid when the CQ moves
     std::uint32_t every_;
     std::uint32_t depth_;
     std::vector<std::uint32_t> batches_; // sizes of the signaled batches in flight, a ring

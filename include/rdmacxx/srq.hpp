@@ -2,6 +2,7 @@
 /// @file
 /// `shared_receive_queue`: one pool of receive buffers for several QPs.
 
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/wr.hpp"
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -18,14 +20,16 @@ inline namespace v0 {
 /// A shared receive queue (`ibv_srq`): receive requests posted here serve every QP created on it
 /// (RC, UC and UD alike). With a limit armed, the device raises the async event
 /// IBV_EVENT_SRQ_LIMIT_REACHED once fewer than `limit` requests are left. Owns the handle;
-/// move-only; destroy it after the QPs that use it.
+/// move-only; destroy it after the QPs that use it (the device refuses to free it before). It
+/// may move after they were made: what refers to it (`cm::connection::srq()`) follows it (see
+/// docs/ownership.md).
 /// Thread-safety: posting needs the caller's lock, as for a QP.
 /// @see ibv_create_srq(3), ibv_modify_srq(3), ibv_post_srq_recv(3)
 class shared_receive_queue {
 public:
     /// Creates an SRQ of at least `max_wr` requests of `max_sge` entries each in `pd`.
     /// @throws sys_error when ibv_create_srq(3) fails (EINVAL past the device's max_srq_wr).
-    shared_receive_queue(protection_domain& pd, std::uint32_t max_wr, std::uint32_t max_sge = 1) {
+    shared_receive_queue(protection_domain& pd, std::uint32_t max_wr, std::uint32_t max_sge = 1) : anchor_(this) {
         ibv_srq_init_attr init{};
         init.attr.max_wr = max_wr;
         init.attr.max_sge = max_sge;
@@ -36,6 +40,23 @@ public:
             });
         max_wr_ = init.attr.max_wr;
     }
+    /// Takes over `other`'s SRQ (what refers to it follows it here); `other` is left empty.
+    shared_receive_queue(shared_receive_queue&& other) noexcept
+        : anchor_(std::move(other.anchor_), this), srq_(std::move(other.srq_)),
+          max_wr_(std::exchange(other.max_wr_, 0U)) {}
+    /// Destroys the SRQ held, as the destructor does, then takes over `other`'s; self-move is a no-op.
+    shared_receive_queue& operator=(shared_receive_queue&& other) noexcept {
+        if (this != &other) {
+            srq_ = std::move(other.srq_);
+            max_wr_ = std::exchange(other.max_wr_, 0U);
+            anchor_.take(std::move(other.anchor_), this);
+        }
+        return *this;
+    }
+    shared_receive_queue(shared_receive_queue const&) = delete;
+    shared_receive_queue& operator=(shared_receive_queue const&) = delete;
+    /// Destroys the SRQ (ibv_destroy_srq(3)).
+    ~shared_receive_queue() = default;
 
     /// Arms the limit: an async event fires once fewer than `limit` receive requests remain.
     /// The limit disarms itself when it fires; arm it again to hear of the next time.
@@ -80,10 +101,16 @@ public:
     /// The verbs handle.
     [[nodiscard]] ibv_srq* native_handle() const noexcept { return srq_.get(); }
 
+    /// @cond
+    // The stable cell through which the objects that use this SRQ find it.
+    [[nodiscard]] detail::link<shared_receive_queue> anchor_cell() const noexcept { return anchor_.cell(); }
+    /// @endcond
+
 private:
     struct deleter {
         void operator()(ibv_srq* s) const noexcept { (void)::ibv_destroy_srq(s); }
     };
+    detail::anchor<shared_receive_queue> anchor_; // before srq_: made first, so nothing leaks when it throws
     std::unique_ptr<ibv_srq, deleter> srq_;
     std::uint32_t max_wr_ = 0;
 };

@@ -4,6 +4,7 @@
 /// thread at a time, so it may drop its locks.
 
 #include "rdmacxx/context.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
 
 #include <cerrno>
@@ -13,8 +14,10 @@
 namespace rdmacxx {
 inline namespace v0 {
 
-/// A thread domain (`ibv_td`). Owns the handle; move-only; holds a non-owning reference to its
-/// `context`, which must outlive it, as must it every parent domain made with it.
+/// A thread domain (`ibv_td`). Owns the handle; move-only. It finds its `context` wherever that
+/// has moved to (`context()`), and the parent domains made with it find it the same way when it
+/// moves (`parent_domain::td()`; see docs/ownership.md). The context must outlive it, and it
+/// every parent domain made with it (the device refuses to free it while one exists).
 ///
 /// The single-threaded resource policy: a thread domain is how a program tells the provider
 /// that every QP and CQ created in a `parent_domain` with this thread domain is used (posted
@@ -34,21 +37,37 @@ public:
     /// @throws not_supported_error naming ibv_alloc_td and the device when the provider has no
     ///         thread domains (EOPNOTSUPP); sys_error when ibv_alloc_td(3) fails otherwise;
     ///         std::bad_alloc.
-    explicit thread_domain(rdmacxx::context& ctx) : context_(ctx.anchor_cell()), handle_(allocate(ctx)) {}
-    /// Takes over `other`'s thread domain; `other` is left empty.
-    thread_domain(thread_domain&& other) noexcept = default;
-    /// Deallocates the thread domain held (every parent domain made with it must be gone), then
-    /// takes over `other`'s.
-    thread_domain& operator=(thread_domain&& other) noexcept = default;
+    explicit thread_domain(rdmacxx::context& ctx)
+        : context_(ctx.anchor_cell()), handle_(allocate(ctx)), anchor_(this) {}
+    /// Takes over `other`'s thread domain and the parent domains made with it (they follow it
+    /// here); `other` is left empty.
+    thread_domain(thread_domain&& other) noexcept
+        : context_(other.context_), handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
+    /// Deallocates the thread domain held, as the destructor does, then takes over `other`'s;
+    /// self-move is a no-op.
+    thread_domain& operator=(thread_domain&& other) noexcept {
+        if (this != &other) {
+            context_ = other.context_;
+            handle_ = std::move(other.handle_);
+            anchor_.take(std::move(other.anchor_), this);
+        }
+        return *this;
+    }
     thread_domain(thread_domain const&) = delete;
     thread_domain& operator=(thread_domain const&) = delete;
     /// Deallocates the thread domain (ibv_dealloc_td(3)).
     ~thread_domain() = default;
 
     /// The context this thread domain belongs to, wherever it has moved to.
-    [[nodiscard]] rdmacxx::context& context() const noexcept { return **context_; }
+    /// @throws orphaned_error when the context was destroyed.
+    [[nodiscard]] rdmacxx::context& context() const { return context_.get("thread domain", "context"); }
     /// The verbs handle; null in a moved-from thread domain.
     [[nodiscard]] ibv_td* native_handle() const noexcept { return handle_.get(); }
+
+    /// @cond
+    // The stable cell through which the parent domains made with it find it.
+    [[nodiscard]] detail::link<thread_domain> anchor_cell() const noexcept { return anchor_.cell(); }
+    /// @endcond
 
 private:
     static ibv_td* allocate(rdmacxx::context& ctx) {
@@ -64,8 +83,9 @@ private:
     struct deleter {
         void operator()(ibv_td* p) const noexcept { (void)::ibv_dealloc_td(p); }
     };
-    rdmacxx::context* const* context_;
+    detail::link<rdmacxx::context> context_;
     std::unique_ptr<ibv_td, deleter> handle_;
+    detail::anchor<thread_domain> anchor_; // after handle_: the thread domain is freed when it throws
 };
 
 } // namespace v0

@@ -828,3 +828,91 @@ TEST_CASE("asio: the post pool serves its own io_context only, and its allocator
     a.deallocate(big, rxa::detail::post_pool::block_bytes);
     CHECK(pool->available() == 4);
 }
+
+namespace asio_ownership {
+// Moves `*p` into a new heap object and frees the old one (docs/ownership.md).
+template <class T>
+void relocate(std::unique_ptr<T>& p) {
+    p = std::make_unique<T>(std::move(*p));
+}
+// Move-assigns `*p` into `live`, a live object of its kind, which then takes its place.
+template <class T>
+void assign_into(std::unique_ptr<T>& p, std::unique_ptr<T> live) {
+    *live = std::move(*p);
+    p = std::move(live);
+}
+} // namespace asio_ownership
+
+TEST_CASE("asio: the dispatcher, its channel, its CQs and QPs move and are move-assigned, also with an operation "
+          "pending, and everything still completes") {
+    using asio_ownership::assign_into;
+    using asio_ownership::relocate;
+    using cq_t = rx::completion_queue<rx::event_driven>;
+    using qp_t = rx::queue_pair<rx::rc, rx::event_driven>;
+    auto ctx = std::make_unique<rx::context>(test::open_test_device());
+    rx::end_port const port{*ctx};
+    auto pd = std::make_unique<rx::protection_domain>(*ctx);
+    auto channel = std::make_unique<rx::completion_channel>(*ctx);
+    auto cq_a = std::make_unique<cq_t>(*ctx, 256, *channel), cq_b = std::make_unique<cq_t>(*ctx, 256, *channel);
+    auto a = std::make_unique<qp_t>(*pd, *cq_a, *cq_a), b = std::make_unique<qp_t>(*pd, *cq_b, *cq_b);
+    a->connect(port, b->local_endpoint(port));
+    b->connect(port, a->local_endpoint(port));
+    ::asio::io_context io;
+    auto d = std::make_unique<rxa::completion_dispatcher>(io.get_executor(), *channel);
+    d->add(*cq_a);
+    d->add(*cq_b);
+    test::buffer out(*pd, 256), in(*pd, 256);
+
+    // A receive is pending while everything moves; the send goes out through the moved objects.
+    auto round = [&](std::string const& when, auto&& move_everything) {
+        CAPTURE(when);
+        test::fill_pattern(out.bytes_, 21);
+        std::optional<rx::work_completion> got_recv, got_send;
+        rxa::async_recv(*d, *b, rx::recv{in.span()}.id(1), [&](std::error_code ec, rx::work_completion wc) {
+            CHECK_FALSE(ec);
+            got_recv = wc;
+        });
+        io.poll(); // the dispatcher starts waiting on its descriptor
+        io.restart();
+        CHECK(d->in_flight() == 1);
+        move_everything();
+        CHECK(d->in_flight() == 1);
+        rxa::async_post(*d, *a, rx::send{out.span().first(100)}.id(2), [&](std::error_code ec, rx::work_completion wc) {
+            CHECK_FALSE(ec);
+            got_send = wc;
+        });
+        run_bounded(io);
+        REQUIRE(got_recv);
+        REQUIRE(got_send);
+        CHECK(got_recv->byte_len() == 100);
+        CHECK(std::memcmp(in.bytes_.data(), out.bytes_.data(), 100) == 0);
+        CHECK(d->in_flight() == 0);
+        CHECK(d->stray() == 0);
+    };
+    round("as made", [] {});
+    round("after every object moved to a new address", [&] {
+        relocate(ctx);
+        relocate(pd);
+        relocate(channel);
+        relocate(cq_a);
+        relocate(cq_b);
+        relocate(a);
+        relocate(b);
+        relocate(d);
+    });
+    round("after every object was move-assigned into a live one", [&] {
+        rx::completion_channel spare_channel{*ctx};
+        assign_into(d, std::make_unique<rxa::completion_dispatcher>(io.get_executor(), spare_channel));
+        assign_into(ctx, std::make_unique<rx::context>(test::open_test_device()));
+        assign_into(pd, std::make_unique<rx::protection_domain>(*ctx));
+        assign_into(channel, std::make_unique<rx::completion_channel>(*ctx));
+        assign_into(cq_a, std::make_unique<cq_t>(*ctx, 16, *channel));
+        assign_into(cq_b, std::make_unique<cq_t>(*ctx, 16, *channel));
+        assign_into(a, std::make_unique<qp_t>(*pd, *cq_a, *cq_a));
+        assign_into(b, std::make_unique<qp_t>(*pd, *cq_b, *cq_b));
+    });
+    d->forget(*a);
+    d->forget(*b);
+    d->remove(*cq_a);
+    d->remove(*cq_b);
+}

@@ -26,9 +26,9 @@ static_assert(std::is_nothrow_move_constructible_v<cm::listener<rx::rc>>);
 static_assert(std::is_nothrow_move_assignable_v<cm::listener<rx::rc>>);
 static_assert(!std::is_copy_constructible_v<cm::listener<rx::rc>>);
 static_assert(std::is_nothrow_move_constructible_v<cm::connection<rx::rc, rx::busy_poll>>);
-static_assert(!std::is_move_assignable_v<cm::connection<rx::rc, rx::busy_poll>>); // deleted, not implicit
-static_assert(!std::is_move_constructible_v<cm::multicast_group<rx::busy_poll>>);
-static_assert(!std::is_move_assignable_v<cm::multicast_group<rx::busy_poll>>);
+static_assert(std::is_nothrow_move_assignable_v<cm::connection<rx::rc, rx::busy_poll>>); // written: tears down first
+static_assert(std::is_nothrow_move_constructible_v<cm::multicast_group<rx::busy_poll>>);
+static_assert(std::is_nothrow_move_assignable_v<cm::multicast_group<rx::busy_poll>>);
 
 // Helpers in a namespace of their own: unity builds put several test files in one translation
 // unit, where anonymous namespaces merge.

@@ -193,3 +193,72 @@ TEST_CASE("peer_group with UD: one UD QP per rank and an address handle per peer
     CHECK(received == n - 1);
     boot.barrier();
 }
+
+TEST_CASE("peer_group: the group and its parents move and are move-assigned into live ones, and every pair still "
+          "exchanges") {
+    // Each object moves to a new heap address (the old one freed), then is move-assigned into a
+    // live one of its kind (see docs/ownership.md).
+    auto relocate = [](auto& p) { p = std::make_unique<std::remove_reference_t<decltype(*p)>>(std::move(*p)); };
+    auto assign_into = [](auto& p, auto live) {
+        *live = std::move(*p);
+        p = std::move(live);
+    };
+    rx::mpi_bootstrap boot;
+    int const n = boot.size(), me = boot.rank();
+    std::size_t const bytes = 256;
+    auto ctx = std::make_unique<rx::context>(test::open_test_device());
+    auto port = std::make_unique<rx::end_port>(*ctx);
+    auto pd = std::make_unique<rx::protection_domain>(*ctx);
+    auto cq = std::make_unique<rx::completion_queue<rx::busy_poll>>(*ctx, 1024);
+    auto inbox = std::make_unique<test::buffer>(*pd, bytes * static_cast<std::size_t>(n));
+    auto outbox = std::make_unique<test::buffer>(*pd, bytes * static_cast<std::size_t>(n));
+    auto make_group = [&] {
+        return std::make_unique<rx::peer_group<rx::busy_poll>>(boot, *port, *pd, *cq, *cq, inbox->mr.remote(),
+                                                               rx::peer_group_options{.with_ud = true});
+    };
+    auto group = make_group();
+    auto slot = [&](test::buffer& b, int r) {
+        return b.span().subspan(static_cast<std::size_t>(r) * bytes, bytes);
+    };
+    auto round = [&](std::string const& when, std::uint64_t seq) {
+        CAPTURE(when);
+        for (int r = 0; r < n; ++r)
+            if (r != me) group->qp(r).post_recv(rx::recv{slot(*inbox, r)}.id(static_cast<std::uint64_t>(r)));
+        boot.barrier();
+        for (int r = 0; r < n; ++r) {
+            if (r == me) continue;
+            for (std::size_t k = 0; k < bytes; ++k)
+                slot(*outbox, r)[k] = pattern(me, r, k + seq);
+            group->qp(r).post(rx::send{slot(*outbox, r)}.id(1000));
+            CHECK(&group->qp(r).pd() == pd.get());
+        }
+        int received = 0;
+        for (int done = 0; done < 2 * (n - 1); ++done) {
+            rx::work_completion const wc = next(*cq);
+            if (wc.wr_id() == 1000) continue;
+            ++received;
+            int const from = static_cast<int>(wc.wr_id());
+            std::size_t bad = 0;
+            for (std::size_t k = 0; k < bytes; ++k)
+                bad += slot(*inbox, from)[k] != pattern(from, me, k + seq) ? 1U : 0U;
+            CHECK_MESSAGE(bad == 0, "from rank " << from);
+        }
+        CHECK(received == n - 1);
+        CHECK(group->has_ud());
+        boot.barrier();
+    };
+    round("as made", 0);
+    relocate(ctx);
+    relocate(port);
+    relocate(pd);
+    relocate(cq);
+    relocate(group);
+    round("after the group and its parents moved to new addresses", 1);
+    assign_into(group, make_group()); // a live group, built collectively, replaced by the first
+    assign_into(pd, std::make_unique<rx::protection_domain>(*ctx));
+    assign_into(cq, std::make_unique<rx::completion_queue<rx::busy_poll>>(*ctx, 16));
+    assign_into(port, std::make_unique<rx::end_port>(*ctx));
+    round("after the group and its parents were move-assigned into live ones", 2);
+    group.reset();
+    boot.barrier();
+}

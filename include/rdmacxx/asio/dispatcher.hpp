@@ -9,6 +9,7 @@
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/qp.hpp"
 
@@ -91,13 +92,19 @@ enum class cq_mode {
 /// running its executor's `io_context` (a single-threaded `io_context`: with several threads in
 /// `run()`, another thread may take the descriptor's edge between the dispatcher's look and its
 /// wait). A routed CQ carries only requests posted through the dispatcher, and the channel has
-/// no other consumer (`cq.wait()` on it would take the dispatcher's events). An added CQ must
-/// not be moved. Must outlive its operations; destroying it destroys the handlers of pending
-/// operations without calling them (a cancellation emitted afterwards does nothing). Must be
-/// destroyed before its channel and CQs; a QP whose operations it routes is `forget`-ed before
-/// it is destroyed, a CQ is `remove`-d before it is destroyed while the dispatcher lives.
+/// no other consumer (`cq.wait()` on it would take the dispatcher's events).
+///
+/// Ownership (see docs/ownership.md): the dispatcher finds its channel and its CQs through
+/// their cells, so they may move after being added (it follows them); one destroyed while the
+/// dispatcher serves it fails its operations with `std::errc::owner_dead` instead of being read
+/// after it was freed. The dispatcher may itself move, also with operations pending: its
+/// handlers, sweeps and cancellation slots find it through its own cell. Destroying it
+/// destroys the handlers of pending operations without calling them (a cancellation emitted
+/// afterwards does nothing); move-assigning to it does the same to the operations it had. A QP
+/// whose operations it routes is `forget`-ed before it is destroyed (its operations would stay
+/// pending), a CQ is `remove`-d before it is destroyed while the dispatcher lives.
 /// @see ibv_get_cq_event(3), ibv_req_notify_cq(3), ibv_ack_cq_events(3)
-class completion_dispatcher {
+class completion_dispatcher final {
 public:
     /// The executor its descriptor and operations run on.
     using executor_type = ::asio::any_io_executor;
@@ -106,8 +113,8 @@ public:
     /// @throws argument_error when `max_operations` is 0 or over 2^31; sys_error when dup(2) or
     ///         fcntl(2) fails.
     completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
-        : ex_(std::move(ex)), channel_(&channel), descriptor_(ex_), slots_(check_size(opt.max_operations)),
-          alive_(std::make_shared<char>()), pool_(std::make_shared<detail::post_pool>(
+        : ex_(std::move(ex)), channel_(channel.anchor_cell()), descriptor_(ex_), slots_(check_size(opt.max_operations)),
+          anchor_(this), pool_(std::make_shared<detail::post_pool>(
                                                 slots_.size() + 4, &::asio::query(ex_, ::asio::execution::context))) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
@@ -117,9 +124,27 @@ public:
     }
     completion_dispatcher(completion_dispatcher const&) = delete;
     completion_dispatcher& operator=(completion_dispatcher const&) = delete;
+    /// Takes over `other`'s descriptor, CQs and operations, pending ones included (their
+    /// handlers, sweeps and cancellation slots follow it here); `other` is left empty.
+    completion_dispatcher(completion_dispatcher&& other) noexcept
+        : ex_(other.ex_), channel_(other.channel_), descriptor_(std::move(other.descriptor_)),
+          slots_(std::move(other.slots_)), cqs_(std::move(other.cqs_)), anchor_(std::move(other.anchor_), this),
+          pool_(other.pool_), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
+          abandoned_(std::exchange(other.abandoned_, 0U)), dropped_(other.dropped_), stray_(other.stray_),
+          reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)) {}
+    /// Destroys its pending handlers without calling them and closes its descriptor, as the
+    /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
+    /// no-op.
+    completion_dispatcher& operator=(completion_dispatcher&& other) noexcept {
+        if (this != &other) {
+            std::destroy_at(this); // final, never a subobject: transparently replaced
+            std::construct_at(this, std::move(other));
+        }
+        return *this;
+    }
     /// Destroys pending handlers without calling them and closes its descriptor (not the channel).
     ~completion_dispatcher() {
-        alive_.reset();
+        anchor_.orphan();
         for (auto& s : slots_) {
             if (s.cancel.is_connected()) s.cancel.clear();
             if (s.invoke != nullptr) s.invoke(s, nullptr, false, pool_);
@@ -134,13 +159,13 @@ public:
     template <class Completion>
     void add(completion_queue<Completion>& cq, cq_mode mode = cq_mode::routed) {
         static_assert(Completion::uses_channel, "the dispatcher serves CQs with a completion channel (event_driven)");
-        if (!cq.delivers_to(*channel_)) [[unlikely]]
+        if (!cq.delivers_to(channel())) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ added to a completion dispatcher delivers its events to another "
                                             "completion channel");
         if (find(cq.native_handle()) != nullptr) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ was added to this completion dispatcher already");
         cq.arm(); // first: a CQ that cannot be armed is not added
-        cqs_.push_back(cq_entry{&cq,
+        cqs_.push_back(cq_entry{cq.anchor_cell().erased(),
                                 cq.native_handle(),
                                 &poll_cq<Completion>,
                                 &arm_cq<Completion>,
@@ -240,7 +265,7 @@ public:
         auto cs = ::asio::get_associated_cancellation_slot(handler);
         // First, while nothing is taken: it may allocate, and throw. A cancellation before the slot
         // is pending finds it free and does nothing.
-        if (cs.is_connected()) cs.template emplace<canceller>(this, alive_, index, s.generation);
+        if (cs.is_connected()) cs.template emplace<canceller>(anchor_.cell(), index, s.generation);
         using holder = detail::op_holder<Handler, executor_type>;
         try {
             if constexpr (sizeof(holder) <= detail::op_storage_bytes && alignof(holder) <= alignof(std::max_align_t)) {
@@ -300,13 +325,14 @@ public:
     // Called when an operation starts (its request is posted) and after each wake-up.
     void watch() {
         if (sweep_queued_) return;
-        detail::post_from(pool_, ex_, [this, alive = std::weak_ptr<char>(alive_)] {
-            if (alive.expired()) return;
-            sweep_queued_ = false;
+        detail::post_from(pool_, ex_, [self = anchor_.cell()] {
+            completion_dispatcher* const d = self.get_if(); // wherever it has moved to; null: gone
+            if (d == nullptr) return;
+            d->sweep_queued_ = false;
             try {
-                sweep();
+                d->sweep();
             } catch (rdmacxx::error const& err) {
-                fail_all(err.code());
+                d->fail_all(err.code());
             }
         });
         sweep_queued_ = true; // once queued (posting may throw): the sweep runs after this returns
@@ -326,34 +352,36 @@ public:
                 fail_all(std::make_error_code(std::errc::io_error));
                 return;
             }
-            detail::post_from(pool_, ex_, [this, alive = std::weak_ptr<char>(alive_)] {
-                if (alive.expired()) return;
-                reading_ = false;
-                on_readable({});
+            detail::post_from(pool_, ex_, [self = anchor_.cell()] {
+                completion_dispatcher* const d = self.get_if();
+                if (d == nullptr) return;
+                d->reading_ = false;
+                d->on_readable({});
             });
             reading_ = true; // once queued (posting may throw)
             return;
         }
         descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read,
-                               [this, alive = std::weak_ptr<char>(alive_)](std::error_code ec) {
-                                   if (alive.expired()) return;
-                                   reading_ = false;
+                               [self = anchor_.cell()](std::error_code ec) {
+                                   completion_dispatcher* const d = self.get_if();
+                                   if (d == nullptr) return;
+                                   d->reading_ = false;
                                    if (ec == ::asio::error::operation_aborted) { // nothing was pending
-                                       if (pending_ != 0) ensure_reading();
+                                       if (d->pending_ != 0) d->ensure_reading();
                                        return;
                                    }
-                                   on_readable(ec);
+                                   d->on_readable(ec);
                                });
         reading_ = true; // once the wait is queued (queuing may throw)
     }
 
     // Batch waits: the entry of `cq`, or null.
     struct cq_entry {
-        void* cq;
+        std::shared_ptr<void const> cq; // the CQ's cell (`link::erased`): followed when the CQ moves
         ibv_cq* native;
-        std::size_t (*poll)(void*, std::span<work_completion>);
-        void (*arm)(void*);
-        void (*note)(void*);
+        std::size_t (*poll)(void const*, std::span<work_completion>);
+        void (*arm)(void const*);
+        void (*note)(void const*);
         bool batch;
         bool armed; // routed: its next completion raises an event (reset when the event is read)
         std::uint32_t waiter;
@@ -368,21 +396,33 @@ public:
 
 private:
     // Installed in an operation's cancellation slot, which may outlive the dispatcher (a slot of
-    // a cancelled operation keeps it until its owner clears or reuses it): `alive` tells.
+    // a cancelled operation keeps it until its owner clears or reuses it): its cell tells where
+    // the dispatcher is now, or that it is gone.
     struct canceller {
-        canceller(completion_dispatcher* dispatcher, std::weak_ptr<char> alive_flag, std::uint32_t slot,
+        canceller(rdmacxx::detail::link<completion_dispatcher> dispatcher, std::uint32_t slot,
                   std::uint32_t gen) noexcept
-            : d(dispatcher), alive(std::move(alive_flag)), index(slot), generation(gen) {}
-        completion_dispatcher* d;
-        std::weak_ptr<char> alive;
+            : self(std::move(dispatcher)), index(slot), generation(gen) {}
+        rdmacxx::detail::link<completion_dispatcher> self;
         std::uint32_t index;
         std::uint32_t generation;
         void operator()(::asio::cancellation_type_t type) const {
             if ((type & ::asio::cancellation_type::terminal) == ::asio::cancellation_type::none) return;
-            if (alive.expired()) return; // the dispatcher is gone, and its operations with it
+            completion_dispatcher* const d = self.get_if();
+            if (d == nullptr) return; // the dispatcher is gone, and its operations with it
             d->abort(index, generation);
         }
     };
+
+    // The channel, wherever it has moved to.
+    completion_channel& channel() const { return channel_.get("completion dispatcher", "completion channel"); }
+    // The CQ of an entry, wherever it has moved to.
+    template <class C>
+    static completion_queue<C>& entry_cq(void const* cell) {
+        completion_queue<C>* const cq = rdmacxx::detail::link<completion_queue<C>>::follow(cell);
+        if (cq == nullptr) [[unlikely]]
+            rdmacxx::detail::throw_orphaned("completion dispatcher", "CQ");
+        return *cq;
+    }
 
     static std::uint32_t check_size(std::uint32_t n) {
         if (n == 0 || n > (1U << 31)) [[unlikely]]
@@ -392,16 +432,16 @@ private:
     }
 
     template <class C>
-    static std::size_t poll_cq(void* cq, std::span<work_completion> out) {
-        return static_cast<completion_queue<C>*>(cq)->poll(out);
+    static std::size_t poll_cq(void const* cq, std::span<work_completion> out) {
+        return entry_cq<C>(cq).poll(out);
     }
     template <class C>
-    static void arm_cq(void* cq) {
-        static_cast<completion_queue<C>*>(cq)->arm();
+    static void arm_cq(void const* cq) {
+        entry_cq<C>(cq).arm();
     }
     template <class C>
-    static void note_cq(void* cq) {
-        static_cast<completion_queue<C>*>(cq)->note_event();
+    static void note_cq(void const* cq) {
+        entry_cq<C>(cq).note_event();
     }
 
     void release(std::uint32_t index) noexcept {
@@ -450,13 +490,13 @@ private:
             return;
         }
         try {
-            while (ibv_cq* fired = channel_->get_event()) {
+            while (ibv_cq* fired = channel().get_event()) {
                 cq_entry* e = find(fired);
                 if (e == nullptr) {
                     ::ibv_ack_cq_events(fired, 1); // another CQ on the shared channel
                     continue;
                 }
-                e->note(e->cq);
+                e->note(e->cq.get());
                 if (e->batch) {
                     serve_batch(*e);
                 } else {
@@ -479,7 +519,7 @@ private:
         std::array<work_completion, 16> wcs;
         bool found = false;
         std::size_t n = 0;
-        while ((n = e.poll(e.cq, std::span{wcs})) != 0) {
+        while ((n = e.poll(e.cq.get(), std::span{wcs})) != 0) {
             route(std::span{wcs}.first(n));
             found = true;
         }
@@ -503,7 +543,7 @@ private:
         if (!found) {
             for (cq_entry& e : cqs_) {
                 if (e.batch || e.armed) continue;
-                e.arm(e.cq);
+                e.arm(e.cq.get());
                 e.armed = true;
                 found = drain(e) || found;
             }
@@ -540,10 +580,10 @@ private:
     // An event of a batch CQ: the waiter (if any) takes what is there, arm-then-poll.
     void serve_batch(cq_entry& e) {
         if (e.waiter == npos) return; // left unarmed: the next async_wait polls first
-        std::size_t n = e.poll(e.cq, e.out);
+        std::size_t n = e.poll(e.cq.get(), e.out);
         if (n == 0) {
-            e.arm(e.cq);
-            n = e.poll(e.cq, e.out);
+            e.arm(e.cq.get());
+            n = e.poll(e.cq.get(), e.out);
         }
         if (n == 0) return;
         std::uint32_t const w = std::exchange(e.waiter, npos);
@@ -566,11 +606,11 @@ private:
     }
 
     executor_type ex_;
-    completion_channel* channel_;
+    rdmacxx::detail::link<completion_channel> channel_; // the channel's cell: followed when it moves
     ::asio::posix::stream_descriptor descriptor_;
     std::vector<detail::op_slot> slots_;
     std::vector<cq_entry> cqs_;
-    std::shared_ptr<char> alive_;             // its weak twin in the wait handler tells a dead dispatcher
+    rdmacxx::detail::anchor<completion_dispatcher> anchor_; // where its handlers find it; null once gone
     std::shared_ptr<detail::post_pool> pool_; // the handlers it posts: one block per slot and its sweep
     std::uint32_t free_ = 0;
     std::size_t pending_ = 0;

@@ -73,8 +73,12 @@ struct peer_group_header {
 /// post its receives before a peer sends to it, so the usual order is: construct, post receives,
 /// `boot.barrier()`, then send.
 ///
-/// The group borrows `pd`, the CQs and `port`'s context: they must outlive it. Not copyable or
-/// movable (it is meant to live where it was made; hold it in a `std::unique_ptr` to move it).
+/// The group's QPs and address handles are made in `pd` and on the CQs and `port`'s context,
+/// which must outlive it (the device refuses to free them while its QPs exist); they may move
+/// meanwhile: the QPs follow them through their cells (see docs/ownership.md). Move-only: its
+/// QPs and address handles are its own and independent of each other, so a move keeps them
+/// where they are (what refers to a QP of the group follows it) and a move assignment destroys
+/// the QPs held, then the address handles.
 /// Thread-safety: as for each QP it holds; the accessors are safe from several threads.
 /// @see ibv_modify_qp(3), ibv_create_ah(3)
 template <completion_strategy Completion>
@@ -160,6 +164,13 @@ public:
 
     peer_group(peer_group const&) = delete;
     peer_group& operator=(peer_group const&) = delete;
+    /// Takes over `other`'s QPs, address handles and what it learned of the peers; `other` is
+    /// left empty (only destruction and assignment are valid on it).
+    peer_group(peer_group&&) noexcept = default;
+    /// Destroys the QPs and address handles held, then takes over `other`'s.
+    peer_group& operator=(peer_group&&) noexcept = default;
+    /// Destroys the address handles and the QPs.
+    ~peer_group() = default;
 
     /// This process's rank.
     [[nodiscard]] int rank() const noexcept { return rank_; }

@@ -13,6 +13,7 @@
 #include "rdmacxx/cm/monitor.hpp"
 #include "rdmacxx/cm/resources.hpp"
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/qp.hpp"
@@ -131,10 +132,17 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
 /// - self-contained (the default): a PD, one CQ (with its own completion channel when the
 ///   strategy uses one) and the QP, all owned, on the device the CM resolved;
 /// - on `cm::resources` you own (a server's one PD, registered memory, CQs, SRQ and channel):
-///   only the QP is owned, the rest borrowed; they must outlive the connection;
+///   only the QP is owned, the rest borrowed; they must outlive the connection (the device
+///   refuses to free them while its QP exists);
 /// - on a queue pair you created (`queue_pair<T, C, P>` of any post policy, `checked` or not):
-///   nothing is owned but the id; the QP must outlive the connection; `cq()`, `send_cq()` and
-///   `recv_cq()` must not be called (use your own CQs).
+///   nothing is owned but the id; the QP must outlive the connection (its monitor thread may move
+///   the QP to ERR at any time); `cq()`, `send_cq()` and `recv_cq()` throw `argument_error`
+///   (use your own CQs).
+///
+/// What it borrows may move while it lives (into a container, out of a function): it finds
+/// each object through the object's cell, wherever it is now, and its accessors throw
+/// `orphaned_error` for one that was destroyed (see docs/ownership.md). The connection itself
+/// may move and be move-assigned.
 ///
 /// Destruction tears down in order: disconnect (if still connected: the QP to ERR); with its
 /// own CQ, drain it; destroy the QP it owns; then the CQ, channel and PD it owns, then the id and
@@ -160,20 +168,26 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
 /// `handle` may be called from other threads.
 /// @see rdma_cm(7)
 template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
-class connection {
+class connection final {
 public:
     /// The type of its queue pair.
     using qp_type = queue_pair<Transport, Completion, Post>;
 
-    /// Takes `other`'s id, channel, monitor and everything it owns or borrows (all on the heap
-    /// or the caller's, so what refers to them stays valid); `other` is left empty and its
-    /// destructor does nothing.
+    /// Takes `other`'s id, channel, monitor and everything it owns or borrows (all on the heap,
+    /// or the caller's and followed through their cells, so what refers to them stays valid);
+    /// `other` is left empty and its destructor does nothing.
     connection(connection&&) noexcept = default;
-    /// Not assignable: its members depend on each other (the QP on the id and the PD and CQ, the
-    /// id on the channel, the monitor thread on both), and replacing a live connection would
-    /// tear all that down; destroy it and construct the new one in its place
-    /// (`std::optional::emplace`).
-    connection& operator=(connection&&) = delete;
+    /// Tears this connection down as the destructor does (its members depend on each other: the
+    /// QP on the id and the PD and CQ, the id on the channel, the monitor thread on both; the
+    /// destructor takes them apart in order), then takes over `other`'s as the move constructor
+    /// does; self-move is a no-op.
+    connection& operator=(connection&& other) noexcept {
+        if (this != &other) {
+            std::destroy_at(this); // final, never a subobject: transparently replaced
+            std::construct_at(this, std::move(other));
+        }
+        return *this;
+    }
 
     ~connection() {
         if (id_.native_handle() == nullptr) return;
@@ -198,25 +212,34 @@ public:
         own_pd_.reset();
     }
 
-    /// The queue pair (RTS once established; UD: at once).
-    [[nodiscard]] qp_type& qp() noexcept { return *qp_; }
+    /// The queue pair (RTS once established; UD: at once), wherever it has moved to.
+    /// @throws orphaned_error when it was a QP you created and it was destroyed.
+    [[nodiscard]] qp_type& qp() { return qp_.get("connection", "queue pair"); }
     /// The CQ of the send queue, which is also that of the receive queue when the connection
-    /// made its own. Not for a connection of a QP you created.
-    [[nodiscard]] completion_queue<Completion>& cq() noexcept { return *send_cq_; }
-    /// The CQ of the send queue. Not for a connection of a QP you created.
-    [[nodiscard]] completion_queue<Completion>& send_cq() noexcept { return *send_cq_; }
-    /// The CQ of the receive queue (or of the SRQ's receives for this QP). Not for a connection
-    /// of a QP you created.
-    [[nodiscard]] completion_queue<Completion>& recv_cq() noexcept { return *recv_cq_; }
+    /// made its own.
+    /// @throws argument_error for a connection of a QP you created; orphaned_error when the CQ
+    ///         was destroyed.
+    [[nodiscard]] completion_queue<Completion>& cq() { return send_cq(); }
+    /// The CQ of the send queue.
+    /// @throws as `cq()`.
+    [[nodiscard]] completion_queue<Completion>& send_cq() { return borrowed_cq(send_cq_, "send_cq"); }
+    /// The CQ of the receive queue (or of the SRQ's receives for this QP).
+    /// @throws as `cq()`.
+    [[nodiscard]] completion_queue<Completion>& recv_cq() { return borrowed_cq(recv_cq_, "recv_cq"); }
     /// The protection domain: register the memory you post here.
-    [[nodiscard]] protection_domain& pd() noexcept { return *pd_; }
+    /// @throws orphaned_error when it was borrowed and was destroyed.
+    [[nodiscard]] protection_domain& pd() { return pd_.get("connection", "protection domain"); }
     /// The SRQ the QP takes its receive buffers from; null when it has its own receive queue.
-    [[nodiscard]] shared_receive_queue* srq() const noexcept { return srq_; }
+    /// @throws orphaned_error when the SRQ was destroyed.
+    [[nodiscard]] shared_receive_queue* srq() const { return srq_.get_optional("connection", "SRQ"); }
     /// The completion channel the CQs deliver their events on (fd for epoll, non-blocking mode,
     /// `get_event`): the connection's own for a self-contained connection whose strategy uses a
     /// channel, the one given in `cm::resources` otherwise; null for `busy_poll` or when none
     /// was given.
-    [[nodiscard]] completion_channel* cq_channel() const noexcept { return comp_channel_; }
+    /// @throws orphaned_error when the channel given was destroyed.
+    [[nodiscard]] completion_channel* cq_channel() const {
+        return comp_channel_.get_optional("connection", "completion channel");
+    }
     /// True when the connection made (and owns) its PD, CQ and channel.
     [[nodiscard]] bool owns_resources() const noexcept { return own_pd_ != nullptr; }
     /// The id.
@@ -261,11 +284,11 @@ public:
         ibv_ah_attr attr{};
         ibv_wc copy = wc.native();
         if (int rc =
-                ::ibv_init_ah_from_wc(pd_->context().native_handle(), id_.port_num(), &copy,
+                ::ibv_init_ah_from_wc(pd().context().native_handle(), id_.port_num(), &copy,
                                       const_cast<ibv_grh*>(reinterpret_cast<ibv_grh const*>(buffer.data())), &attr);
             rc != 0) [[unlikely]]
             rdmacxx::detail::throw_sys(rc == -1 ? errno : (rc < 0 ? -rc : rc), "ibv_init_ah_from_wc"); // -1 + errno
-        peer_ah_ = std::make_unique<address_handle>(*pd_, attr);
+        peer_ah_ = std::make_unique<address_handle>(pd(), attr);
         peer_ud_.qp_num = wc.src_qp();
         peer_ud_.qkey = RDMA_UDP_QKEY;
     }
@@ -334,27 +357,27 @@ public:
         } else {
             own_cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), cq_entries);
         }
-        pd_ = own_pd_.get();
-        send_cq_ = recv_cq_ = own_cq_.get();
-        comp_channel_ = own_comp_channel_.get();
+        pd_ = own_pd_->anchor_cell();
+        send_cq_ = recv_cq_ = own_cq_->anchor_cell();
+        if (own_comp_channel_) comp_channel_ = own_comp_channel_->anchor_cell();
     }
 
     // Borrows `r`, after checking that it is on the id's device.
     void borrow(resources<Completion> const& r) {
         detail::check_resources(r, id_.native_handle()->verbs, "connecting " + peer_name());
-        pd_ = &r.pd;
-        send_cq_ = &r.send_cq;
-        recv_cq_ = &r.recv_cq;
-        srq_ = r.srq;
-        comp_channel_ = r.channel;
+        pd_ = r.pd.anchor_cell();
+        send_cq_ = r.send_cq.anchor_cell();
+        recv_cq_ = r.recv_cq.anchor_cell();
+        if (r.srq != nullptr) srq_ = r.srq->anchor_cell();
+        if (r.channel != nullptr) comp_channel_ = r.channel->anchor_cell();
     }
 
     // The QP made on the id with the PD, CQs and SRQ chosen.
     void create_qp(qp_capabilities const& caps) requires(std::is_same_v<Post, legacy_post>) {
         own_qp_ = std::make_unique<queue_pair<Transport, Completion>>(
-            id_.template create_qp<Transport, Completion>(*pd_, *send_cq_, *recv_cq_, srq_, caps));
-        qp_ = own_qp_.get();
-        monitor_->set_qp(qp_->native_handle());
+            id_.template create_qp<Transport, Completion>(pd(), send_cq(), recv_cq(), srq(), caps));
+        qp_ = own_qp_->anchor_cell();
+        monitor_->set_qp(own_qp_->native_handle());
     }
 
     // A QP the user made: borrowed, after checking that it is on the id's device.
@@ -369,9 +392,9 @@ public:
             rdmacxx::detail::throw_argument("connecting QP " + std::to_string(qp.qp_num()) +
                                             " through the CM: it must be in RESET, it is in " +
                                             rdmacxx::detail::qp_state_name(qp.state()));
-        qp_ = &qp;
-        pd_ = &qp.pd();
-        srq_ = nullptr;
+        qp_ = qp.anchor_cell();
+        pd_ = qp.pd().anchor_cell();
+        srq_ = {};
         monitor_->set_qp(qp.native_handle());
     }
 
@@ -388,12 +411,22 @@ public:
     }
     void set_peer_ud(ud_data const& ud) requires(!Transport::connected) {
         peer_ud_ = ud;
-        peer_ah_ = std::make_unique<address_handle>(*pd_, peer_ud_.ah_attr);
+        peer_ah_ = std::make_unique<address_handle>(pd(), peer_ud_.ah_attr);
     }
     [[nodiscard]] detail::connection_monitor& monitor() noexcept { return *monitor_; }
     /// @endcond
 
 private:
+    completion_queue<Completion>& borrowed_cq(rdmacxx::detail::link<completion_queue<Completion>> const& cq,
+                                              char const* which) const {
+        completion_queue<Completion>* const found = cq.get_optional("connection", "CQ");
+        if (found == nullptr) [[unlikely]]
+            rdmacxx::detail::throw_argument(std::string{"cm::connection::"} + which +
+                                            ": a connection of a queue pair you created has no CQ of its own "
+                                            "(use the CQs you made the queue pair with)");
+        return *found;
+    }
+
     std::unique_ptr<event_channel> channel_;
     cm::id id_;
     std::unique_ptr<detail::connection_monitor> monitor_;
@@ -402,13 +435,15 @@ private:
     std::unique_ptr<completion_channel> own_comp_channel_;
     std::unique_ptr<completion_queue<Completion>> own_cq_;
     std::unique_ptr<queue_pair<Transport, Completion>> own_qp_;
-    // What the connection uses, owned or borrowed (on the heap or the caller's: moves keep them).
-    protection_domain* pd_ = nullptr;
-    completion_queue<Completion>* send_cq_ = nullptr;
-    completion_queue<Completion>* recv_cq_ = nullptr;
-    shared_receive_queue* srq_ = nullptr;
-    completion_channel* comp_channel_ = nullptr;
-    qp_type* qp_ = nullptr;
+    // What the connection uses, owned or borrowed, through their cells (see docs/ownership.md):
+    // followed when the caller moves them, refused (orphaned_error) when the caller destroyed
+    // them; empty when there is none (no CQs for a QP you created, no SRQ, no channel).
+    rdmacxx::detail::link<protection_domain> pd_;
+    rdmacxx::detail::link<completion_queue<Completion>> send_cq_;
+    rdmacxx::detail::link<completion_queue<Completion>> recv_cq_;
+    rdmacxx::detail::link<shared_receive_queue> srq_;
+    rdmacxx::detail::link<completion_channel> comp_channel_;
+    rdmacxx::detail::link<qp_type> qp_;
     std::unique_ptr<address_handle> peer_ah_;
     std::vector<std::byte> peer_private_data_;
     connection_data peer_conn_{};

@@ -267,12 +267,13 @@ public:
         }
     }
 
-    /// Destroys `qp`, made by `create_qp` on this id, and detaches it from the id.
+    /// Destroys `qp`, made by `create_qp` on this id, and detaches it from the id; `qp` is left
+    /// empty (moved from).
     template <transport Transport, completion_strategy Completion>
     void destroy_qp(queue_pair<Transport, Completion>& qp) noexcept {
         if (handle_ && handle_->qp == qp.native_handle()) handle_->qp = nullptr;
         if (pending_.qp == qp.native_handle()) pending_.qp = nullptr;
-        qp = queue_pair<Transport, Completion>{adopt_qp, qp.pd(), nullptr, {}};
+        queue_pair<Transport, Completion> gone{std::move(qp)};
     }
 
     /// Starts connecting with `settings` and `private_data` (RC, UC: a connection; UD: a

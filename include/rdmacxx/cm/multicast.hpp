@@ -4,11 +4,13 @@
 /// attached, on its own PD and CQ or on `cm::resources` you own.
 
 #include "rdmacxx/cm/connection.hpp"
+#include "rdmacxx/detail/anchor.hpp"
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -20,7 +22,7 @@ namespace cm {
 /// qkey()))`; receive (with the 40-byte GRH in front) on the same QP. Thread-safety: one thread at a time.
 /// @see rdma_join_multicast(3), rdma_leave_multicast(3), mckey(1)
 template <completion_strategy Completion>
-class multicast_group {
+class multicast_group final {
 public:
     /// Resolves `group` from `local` (the address of the RDMA device to use) within the
     /// options' resolve-address deadline, makes the PD, CQ and UD QP, joins and waits up to
@@ -36,8 +38,9 @@ public:
     }
 
     /// As the constructor above, the UD QP made in `r.pd` on `r.send_cq` and `r.recv_cq` (and
-    /// `r.srq`), which the group only borrows: they must outlive it and be on the device of
-    /// `local`.
+    /// `r.srq`), which the group only borrows: they must be on the device of `local` and outlive
+    /// the group (the device refuses to free them while its QP exists); they may move meanwhile
+    /// (the group follows them through their cells; see docs/ownership.md).
     /// @throws as the constructor above; argument_error when the PD or a CQ is on another device.
     multicast_group(address const& local, address const& group, resources<Completion> const& r,
                     connection_options const& opt = {})
@@ -47,10 +50,27 @@ public:
 
     multicast_group(multicast_group const&) = delete;
     multicast_group& operator=(multicast_group const&) = delete;
-    /// Not movable: its id lives on its channel, its QP on its id and its own PD and CQ, and the
-    /// group is attached to the QP; hold it in a `std::unique_ptr` to move it.
-    multicast_group(multicast_group&&) = delete;
-    multicast_group& operator=(multicast_group&&) = delete;
+    /// Takes over `other`'s membership, id, channel, QP and what it owns or borrows (its id lives
+    /// on its channel, its QP on its id and PD and CQ: all on the heap or followed through their
+    /// cells, so they stay valid); `other` is left empty and its destructor does nothing.
+    multicast_group(multicast_group&& other) noexcept
+        : group_(other.group_), channel_(std::move(other.channel_)), id_(std::move(other.id_)),
+          own_pd_(std::move(other.own_pd_)), own_channel_(std::move(other.own_channel_)),
+          own_cq_(std::move(other.own_cq_)), pd_(other.pd_), send_cq_(other.send_cq_), recv_cq_(other.recv_cq_),
+          comp_channel_(other.comp_channel_), qp_(std::move(other.qp_)), ah_(std::move(other.ah_)), ud_(other.ud_),
+          joined_(std::exchange(other.joined_, false)) {
+        other.qp_.reset();
+    }
+    /// Leaves the group held and releases what it owns as the destructor does (the members
+    /// depend on each other; `release` takes them apart in order), then takes over `other`'s;
+    /// self-move is a no-op.
+    multicast_group& operator=(multicast_group&& other) noexcept {
+        if (this != &other) {
+            std::destroy_at(this); // final, never a subobject: transparently replaced
+            std::construct_at(this, std::move(other));
+        }
+        return *this;
+    }
 
     ~multicast_group() { release(); }
 
@@ -64,15 +84,22 @@ public:
 
     /// The UD queue pair attached to the group.
     [[nodiscard]] queue_pair<ud, Completion>& qp() noexcept { return *qp_; }
-    /// Its CQ of sends, which is also that of receives when the group made its own.
-    [[nodiscard]] completion_queue<Completion>& cq() noexcept { return *send_cq_; }
-    /// Its CQ of receives.
-    [[nodiscard]] completion_queue<Completion>& recv_cq() noexcept { return *recv_cq_; }
+    /// Its CQ of sends, which is also that of receives when the group made its own, wherever it
+    /// has moved to.
+    /// @throws orphaned_error when a borrowed CQ was destroyed.
+    [[nodiscard]] completion_queue<Completion>& cq() { return send_cq_.get("multicast group", "CQ"); }
+    /// Its CQ of receives, wherever it has moved to.
+    /// @throws orphaned_error when a borrowed CQ was destroyed.
+    [[nodiscard]] completion_queue<Completion>& recv_cq() { return recv_cq_.get("multicast group", "CQ"); }
     /// The PD: register the memory you post here.
-    [[nodiscard]] protection_domain& pd() noexcept { return *pd_; }
+    /// @throws orphaned_error when a borrowed PD was destroyed.
+    [[nodiscard]] protection_domain& pd() { return pd_.get("multicast group", "protection domain"); }
     /// The completion channel of its CQs (its own, or the one given in `cm::resources`); null
     /// for `busy_poll` or when none was given.
-    [[nodiscard]] completion_channel* cq_channel() const noexcept { return comp_channel_; }
+    /// @throws orphaned_error when the channel given was destroyed.
+    [[nodiscard]] completion_channel* cq_channel() const {
+        return comp_channel_.get_optional("multicast group", "completion channel");
+    }
     /// The group's address handle.
     [[nodiscard]] address_handle const& ah() const noexcept { return *ah_; }
     /// The group's QPN (0xffffff).
@@ -90,10 +117,10 @@ private:
                                  "resolving multicast group " + group_.to_string(), step::resolve_address);
             if (r != nullptr) {
                 detail::check_resources(*r, id_.native_handle()->verbs, "joining " + group_.to_string());
-                pd_ = &r->pd;
-                send_cq_ = &r->send_cq;
-                recv_cq_ = &r->recv_cq;
-                comp_channel_ = r->channel;
+                pd_ = r->pd.anchor_cell();
+                send_cq_ = r->send_cq.anchor_cell();
+                recv_cq_ = r->recv_cq.anchor_cell();
+                if (r->channel != nullptr) comp_channel_ = r->channel->anchor_cell();
             } else {
                 own_pd_ = std::make_unique<protection_domain>(id_.context());
                 if constexpr (Completion::uses_channel) {
@@ -103,18 +130,18 @@ private:
                 } else {
                     own_cq_ = std::make_unique<completion_queue<Completion>>(id_.context(), opt.cq_entries);
                 }
-                pd_ = own_pd_.get();
-                send_cq_ = recv_cq_ = own_cq_.get();
-                comp_channel_ = own_channel_.get();
+                pd_ = own_pd_->anchor_cell();
+                send_cq_ = recv_cq_ = own_cq_->anchor_cell();
+                if (own_channel_) comp_channel_ = own_channel_->anchor_cell();
             }
-            qp_.emplace(id_.template create_qp<ud, Completion>(*pd_, *send_cq_, *recv_cq_,
+            qp_.emplace(id_.template create_qp<ud, Completion>(pd(), cq(), recv_cq(),
                                                                r != nullptr ? r->srq : nullptr, opt.caps));
             id_.join_multicast(group_);
             joined_ = true;
             event e = detail::expect(channel_, event_type::multicast_join, opt.deadlines.event,
                                      "joining multicast group " + group_.to_string(), step::join);
             ud_ = e.ud();
-            ah_ = std::make_unique<address_handle>(*pd_, ud_.ah_attr);
+            ah_ = std::make_unique<address_handle>(pd(), ud_.ah_attr);
         } catch (...) {
             release();
             throw;
@@ -142,10 +169,11 @@ private:
     std::unique_ptr<protection_domain> own_pd_;
     std::unique_ptr<completion_channel> own_channel_;
     std::unique_ptr<completion_queue<Completion>> own_cq_;
-    protection_domain* pd_ = nullptr;
-    completion_queue<Completion>* send_cq_ = nullptr;
-    completion_queue<Completion>* recv_cq_ = nullptr;
-    completion_channel* comp_channel_ = nullptr;
+    // What the group uses, owned or borrowed, through their cells (see docs/ownership.md).
+    rdmacxx::detail::link<protection_domain> pd_;
+    rdmacxx::detail::link<completion_queue<Completion>> send_cq_;
+    rdmacxx::detail::link<completion_queue<Completion>> recv_cq_;
+    rdmacxx::detail::link<completion_channel> comp_channel_; // empty: none
     std::optional<queue_pair<ud, Completion>> qp_;
     std::unique_ptr<address_handle> ah_;
     ud_data ud_{};
