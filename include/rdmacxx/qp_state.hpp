@@ -166,7 +166,7 @@ public:
                 "max_dest_rd_atomic", "max_qp_rd_atom", Transport::name, self().qp_num());
             attr.min_rnr_timer = opt.min_rnr_timer.code();
         }
-        attr.ah_attr = detail::address_vector(port, remote.lid, remote.gid,
+        attr.ah_attr = detail::address_vector(detail::local_end_of(port), remote.lid, remote.gid.native(),
                                               {.service_level = opt.service_level,
                                                .hop_limit = opt.hop_limit,
                                                .traffic_class = opt.traffic_class,
