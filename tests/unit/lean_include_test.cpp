@@ -23,7 +23,7 @@
 
 #include <doctest/doctest.h>
 
-// Were checked.hpp or checked/ledger.hpp included, these declarations would clash with theirs.
+// Were checked.hpp or its ledgers (checked/) included, these declarations would clash with theirs.
 namespace rdmacxx {
 inline namespace v0 {
 [[maybe_unused]] constexpr int checked = 0;

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// What the verbs headers know of `checked<C>` in-flight tracking without including it: the
-/// `tracks_in_flight` trait, the ledgers' names (defined in checked/ledger.hpp, which only
+/// `tracks_in_flight` trait, the ledgers' names (defined under checked/, which only
 /// checked.hpp includes), and two hooks through which the ledgers, once used, answer the
 /// questions of code that is not a template of the completion strategy (a memory region's
 /// requests in flight, what was noted of a failed completion). A program that never uses
@@ -25,8 +25,8 @@ inline constexpr bool tracks_in_flight = requires {
     requires C::tracks_in_flight;
 };
 
-class qp_tracking; // checked/ledger.hpp
-class cq_ledger;   // checked/ledger.hpp
+class qp_tracking; // checked/cq_ledger.hpp
+class cq_ledger;   // checked/cq_ledger.hpp
 
 /// `T`, named so that it depends on `C`: a use in a template of `C` is then checked only when
 /// instantiated (by then checked.hpp, which names `checked<C>`, has defined it).
