@@ -7,7 +7,7 @@
 // Exit status: 0 when every benchmark ran; 1 when one failed (its row says why) or none ran.
 //
 // Names are asio/TWIN/ROW/8, TWIN one of
-//   coawait  C++20 coroutines on rdmacxx::asio: co_await async_post / async_recv on one
+//   coawait  C++20 coroutines on rdmacxx::io: co_await async_post / async_recv on one
 //            single-threaded io_context serving both ends, through one completion_dispatcher;
 //   plain    rdmacxx queue_pair<rc, event_driven> and completion_queue::wait, no Asio;
 //   raw      plain libibverbs: ibv_poll_cq, ibv_req_notify_cq, a blocking ibv_get_cq_event and
@@ -133,7 +133,7 @@ void operator delete[](void* p, std::align_val_t, std::nothrow_t const&) noexcep
 namespace bench {
 namespace {
 
-namespace rxa = rdmacxx::asio;
+namespace rxa = rdmacxx::io;
 using ::asio::awaitable;
 using ::asio::use_awaitable;
 
@@ -221,7 +221,7 @@ void report_allocations(benchmark::State& st, std::uint64_t allocs, double ops) 
     st.counters["allocs_per_op"] = ops > 0 ? static_cast<double>(allocs) / ops : 0.0;
 }
 
-// --- coawait: coroutines on rdmacxx::asio ---------------------------------------------------
+// --- coawait: coroutines on rdmacxx::io ---------------------------------------------------
 
 /// A pair served by a completion_dispatcher on its own single-threaded io_context, and the
 /// coroutines of one row, which live as long as it does. `io.run()` drives them until a

@@ -34,7 +34,7 @@
 #include <vector>
 
 namespace rx = rdmacxx;
-namespace rxa = rdmacxx::asio;
+namespace rxa = rdmacxx::io;
 namespace cm = rdmacxx::cm;
 using namespace std::chrono_literals;
 using ::asio::awaitable;

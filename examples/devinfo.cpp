@@ -6,7 +6,7 @@
 //   -v         also the P_Key table, the device limits and capabilities (typed, from
 //              ibv_query_device_ex), whether thread and parent domains are there (probed)
 //              and the GID table of every port read in one call
-#include <rdmacxx/rdmacxx.hpp>
+#include <rdmacxx/verbs.hpp>
 
 #include <cstdio>
 #include <cstring>

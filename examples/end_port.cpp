@@ -6,7 +6,7 @@
 //   -g INDEX     use this GID index instead of the selected one
 //   -t v1|v2     select among RoCE v1 or v2 GIDs only
 //   -l LEVEL     dump_detailed level for errors (default 1)
-#include <rdmacxx/rdmacxx.hpp>
+#include <rdmacxx/verbs.hpp>
 
 #include <cstdlib>
 #include <cstring>

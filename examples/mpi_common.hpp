@@ -4,7 +4,7 @@
 
 #include <rdmacxx/bootstrap/mpi.hpp>
 #include <rdmacxx/bootstrap/peer_group.hpp>
-#include <rdmacxx/rdmacxx.hpp>
+#include <rdmacxx/verbs.hpp>
 
 #include <mpi.h>
 

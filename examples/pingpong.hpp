@@ -12,7 +12,7 @@
 // every echo byte for byte and prints the round-trip times (median, p99) and the bandwidth.
 // UD messages are at most one path MTU and land behind a 40-byte GRH.
 
-#include "rdmacxx/rdmacxx.hpp"
+#include "rdmacxx/verbs.hpp"
 
 #include <getopt.h>
 #include <netdb.h>

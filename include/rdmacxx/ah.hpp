@@ -59,7 +59,7 @@ public:
     address_handle(protection_domain& pd, end_port const& port, std::uint16_t remote_lid, gid const& remote_gid,
                    address_qos const& qos) {
         detail::check_qos(qos.flow_label, qos.service_level, "an address handle to GID " + remote_gid.to_string());
-        ibv_ah_attr attr = detail::address_vector(port, remote_lid, remote_gid,
+        ibv_ah_attr attr = detail::address_vector(detail::local_end_of(port), remote_lid, remote_gid.native(),
                                                   {.service_level = qos.service_level,
                                                    .hop_limit = qos.hop_limit,
                                                    .traffic_class = qos.traffic_class,

@@ -6,6 +6,10 @@
 /// `asio::experimental::deferred` or `asio::use_awaitable` (C++20 coroutines). Nothing else in
 /// rdmacxx includes Asio, and the umbrella rdmacxx.hpp does not include this header.
 ///
+/// Everything here is in namespace `rdmacxx::io` (not `rdmacxx::asio`, which would shadow
+/// `::asio` for code that says `using namespace rdmacxx;`): `rdmacxx::io::completion_dispatcher`,
+/// `rdmacxx::io::async_post`, and so on, beside `asio::io_context`.
+///
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
 /// - rdmacxx/asio/cm.hpp: `async_connect`, `async_accept`, `async_disconnect`;

@@ -330,7 +330,10 @@ private:
     // blocking; nothing on timeout, on EINTR, or when another reader took the event first
     // (EAGAIN: the fd is non-blocking).
     std::optional<async_event> read(std::chrono::steady_clock::time_point deadline) {
-        if (!detail::wait_readable(fd(), deadline, "waiting on an async event fd")) return std::nullopt;
+        int const ready = detail::wait_readable(fd(), deadline);
+        if (ready < 0) [[unlikely]]
+            detail::throw_errno("ppoll", "waiting on an async event fd");
+        if (ready == 0) return std::nullopt;
         ibv_async_event raw{};
         if (::ibv_get_async_event(ctx_, &raw) != 0) {
             if (errno == EAGAIN || errno == EINTR) return std::nullopt;

@@ -2,14 +2,19 @@
 /// @file
 /// Opt-in in-flight tracking: the completion-strategy wrapper `checked<C>`. The error it reports,
 /// `in_flight_error`, and its handler are in in_flight.hpp; the ledgers that count
-/// posted-but-not-completed work per queue pair and per memory region in detail/ledger.hpp.
+/// posted-but-not-completed work are in checked/: per memory region (region_ledger.hpp), per
+/// queue pair (qp_ledger.hpp), per CQ and QP (cq_ledger.hpp), and what they knew of failed
+/// requests (failure_notes.hpp).
 ///
 /// Tracking is chosen at compile time by wrapping a completion strategy:
 /// `queue_pair<rc, checked<busy_poll>>` on `completion_queue<checked<busy_poll>>`. With a plain
 /// strategy nothing of this header runs on the posting or polling path (the instruction counts of
 /// `tools/instruction-counts` are those of hand-written verbs).
 
-#include "rdmacxx/detail/ledger.hpp"
+#include "rdmacxx/checked/cq_ledger.hpp"
+#include "rdmacxx/checked/failure_notes.hpp"
+#include "rdmacxx/checked/qp_ledger.hpp"
+#include "rdmacxx/checked/region_ledger.hpp"
 #include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/detail/verbs.hpp"
 #include "rdmacxx/error.hpp"

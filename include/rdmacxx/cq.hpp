@@ -130,7 +130,10 @@ public:
     [[nodiscard]] ibv_cq* get_event(std::chrono::duration<Rep, Period> timeout) {
         auto const deadline = detail::deadline_after(timeout);
         for (;;) {
-            if (!detail::wait_readable(fd(), deadline, "waiting on a completion channel")) return nullptr;
+            int const ready = detail::wait_readable(fd(), deadline);
+            if (ready < 0) [[unlikely]]
+                detail::throw_errno("ppoll", "waiting on a completion channel");
+            if (ready == 0) return nullptr;
             ibv_cq* cq = nullptr;
             void* cq_context = nullptr;
             if (::ibv_get_cq_event(handle_.get(), &cq, &cq_context) == 0) return cq;
@@ -443,7 +446,10 @@ private:
     // As sleep_for_event, giving up at `deadline`: false when it passed with no event.
     bool sleep_for_event_until(std::chrono::steady_clock::time_point deadline) {
         for (;;) {
-            if (!detail::wait_readable(cq_->channel->fd, deadline, "waiting on a completion channel")) return false;
+            int const ready = detail::wait_readable(cq_->channel->fd, deadline);
+            if (ready < 0) [[unlikely]]
+                detail::throw_errno("ppoll", "waiting on a completion channel");
+            if (ready == 0) return false;
             ibv_cq* ev_cq = nullptr;
             void* ev_ctx = nullptr;
             if (::ibv_get_cq_event(cq_->channel, &ev_cq, &ev_ctx) == 0) {

@@ -7,6 +7,7 @@
 
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/detail/quirks.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/parent_domain.hpp"
 
@@ -343,9 +344,8 @@ private:
 /// `completion_queue<Completion>&`, `poll(out)` and `wait(out)` still copy `ibv_wc`s out with
 /// ibv_poll_cq(3), which verbs allows on an extended CQ between batches). One poll is one batch:
 /// ibv_start_poll(3), ibv_next_poll(3) for each further completion up to `N`, ibv_end_poll(3).
-/// On rxe each completion is its own batch (ibv_start_poll, ibv_end_poll): rdma-core up to v54
-/// overruns rxe's CQ when ibv_next_poll finds it empty and ibv_end_poll follows, as the manual
-/// asks (fixed by rdma-core b78b414, "rxe: fix completion queue consumer index overrun").
+/// On rxe each completion is its own batch (ibv_start_poll, ibv_end_poll): a provider quirk,
+/// `detail::quirks::batches_extended_polls` (detail/quirks.hpp).
 ///
 /// Made in a `parent_domain` (the constructors that take one), it is the CQ of the single-threaded
 /// resource policy (see `thread_domain`): the provider allocates it through the parent domain and,
@@ -536,8 +536,10 @@ private:
                                (domain != nullptr ? " in a parent domain" : ""));
     }
 
-    // rxe (vendor ID 0xffffff) takes one completion per batch: see the class.
-    static bool batches(rdmacxx::context& ctx) { return ctx.query_device().orig_attr.vendor_id != 0xffffffU; }
+    // rxe takes one completion per batch: a provider quirk, detail/quirks.hpp.
+    static bool batches(rdmacxx::context& ctx) {
+        return detail::quirks::batches_extended_polls(ctx.query_device().orig_attr.vendor_id);
+    }
 
     bool batched_;
 };

@@ -72,7 +72,8 @@ public:
         return "unknown";
     }
 
-    /// Opens the device. Defined in context.hpp.
+    /// Opens the device. Defined in context.hpp (include it, or rdmacxx/verbs.hpp, to call it):
+    /// the context sits above the device it opens.
     /// @throws sys_error naming the device when ibv_open_device(3) fails.
     [[nodiscard]] context open() const;
 
@@ -198,5 +199,3 @@ private:
 
 } // namespace v0
 } // namespace rdmacxx
-
-#include "rdmacxx/context.hpp"

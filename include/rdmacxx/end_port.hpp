@@ -5,6 +5,7 @@
 /// which resolves a description to an opened device and port (`opened_end_port`).
 
 #include "rdmacxx/context.hpp"
+#include "rdmacxx/detail/address_vector.hpp"
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
@@ -236,6 +237,13 @@ private:
 };
 
 namespace detail {
+
+/// The local end of an address vector (detail/address_vector.hpp) that starts at `port`.
+[[nodiscard]] inline local_end local_end_of(end_port const& port) noexcept {
+    return {.port_num = port.port_num(),
+            .sgid_index = static_cast<std::uint8_t>(port.gid().index),
+            .is_ethernet = port.attributes().is_ethernet()};
+}
 
 /// The first active port of `ctx`, or 0 when none is active.
 inline std::uint8_t first_active_port(context const& ctx) {

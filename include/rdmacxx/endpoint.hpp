@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -73,14 +74,18 @@ struct endpoint {
     /// @throws argument_error naming what is wrong: too short, a wrong magic (not an endpoint),
     ///         another version, reserved bits set, a path MTU code over 5.
     [[nodiscard]] static endpoint from_bytes(std::span<std::byte const> bytes) {
-        detail::wire::check_header(bytes, wire_size, magic, "an endpoint");
+        if (std::string why = detail::wire::header_fault(bytes, wire_size, magic, "an endpoint"); !why.empty())
+            [[unlikely]]
+            detail::throw_argument(std::move(why));
         std::byte const* in = bytes.data();
         auto const mtu = detail::wire::get<1>(in + 5);
         if (mtu > IBV_MTU_4096) [[unlikely]]
             detail::throw_argument("cannot decode an endpoint: corrupt, path MTU code " + std::to_string(mtu) +
                                    " is not one of 0 … 5");
-        detail::wire::check_reserved(in[8] == std::byte{0}, "an endpoint", "the QPN");
-        detail::wire::check_reserved(in[12] == std::byte{0}, "an endpoint", "the PSN");
+        if (in[8] != std::byte{0}) [[unlikely]]
+            detail::throw_argument(detail::wire::reserved_fault("an endpoint", "the QPN"));
+        if (in[12] != std::byte{0}) [[unlikely]]
+            detail::throw_argument(detail::wire::reserved_fault("an endpoint", "the PSN"));
         std::array<std::uint8_t, 16> g{};
         for (std::size_t i = 0; i < 16; ++i)
             g[i] = static_cast<std::uint8_t>(in[16 + i]);

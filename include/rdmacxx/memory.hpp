@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -221,9 +222,12 @@ public:
     ///         another version, reserved bits set, an element size other than `sizeof(T)`, a
     ///         byte length that overflows.
     [[nodiscard]] static remote_span from_bytes(std::span<std::byte const> bytes) {
-        detail::wire::check_header(bytes, wire_size, wire_magic, "a remote_span");
+        if (std::string why = detail::wire::header_fault(bytes, wire_size, wire_magic, "a remote_span"); !why.empty())
+            [[unlikely]]
+            detail::throw_argument(std::move(why));
         std::byte const* in = bytes.data();
-        detail::wire::check_reserved(detail::wire::get<3>(in + 5) == 0, "a remote_span", "the header");
+        if (detail::wire::get<3>(in + 5) != 0) [[unlikely]]
+            detail::throw_argument(detail::wire::reserved_fault("a remote_span", "the header"));
         if (auto const esize = detail::wire::get<4>(in + 28); esize != sizeof(T)) [[unlikely]]
             detail::throw_argument("cannot decode a remote_span: it holds elements of " + std::to_string(esize) +
                                    " bytes, this one's are " + std::to_string(sizeof(T)));

@@ -342,7 +342,8 @@ private:
 
 /// SEND with invalidate: a SEND that also revokes, at the peer, the type 2 window whose
 /// `remote()` span it names (the peer's receive completion carries IBV_WC_WITH_INV and the
-/// rkey). rdmacxx allows it on RC (the verbs allow UC too).
+/// rkey; rxe sets another bit: `detail::quirks::with_inv_flags`, detail/quirks.hpp). rdmacxx
+/// allows it on RC (the verbs allow UC too).
 template <std::size_t Sges = 1>
 class send_inv : public detail::send_wr_base<send_inv<Sges>, Sges> {
 public:

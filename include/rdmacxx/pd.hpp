@@ -69,7 +69,8 @@ public:
     /// Deallocates the domain (ibv_dealloc_pd(3)).
     ~protection_domain() = default;
 
-    /// Registers `bytes` for RDMA with `rights`; see memory.hpp. With `access::on_demand` the
+    /// Registers `bytes` for RDMA with `rights`. Defined in memory.hpp (include it, or
+    /// rdmacxx/verbs.hpp, to call it): the region sits above the domain it is made in. With `access::on_demand` the
     /// region is paged on demand (ODP): a device without ODP refuses it with
     /// `not_supported_error` (see `supports_on_demand_paging()`).
     template <class T>
@@ -77,7 +78,8 @@ public:
 
     /// Registers `length` bytes of a dma-buf (GPU or accelerator memory exported by its driver)
     /// from byte `offset` of the buffer, at I/O virtual address `iova` (the address work requests
-    /// and peers use for it: the region's `address()`; it is not a CPU address). See memory.hpp.
+    /// and peers use for it: the region's `address()`; it is not a CPU address). Defined in
+    /// memory.hpp, as `register_memory`.
     /// @param fd      the dma-buf's file descriptor; the region takes its own reference, so the
     ///                caller may close it afterwards
     /// @param offset  byte offset into the dma-buf
@@ -149,5 +151,3 @@ private:
 
 } // namespace v0
 } // namespace rdmacxx
-
-#include "rdmacxx/memory.hpp"

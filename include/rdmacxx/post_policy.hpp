@@ -23,9 +23,10 @@ struct legacy_post {
 /// QP is created with ibv_create_qp_ex(3) announcing the operations its transport allows; a
 /// device without the API refuses that with a `sys_error` naming it. A batch that
 /// ibv_wr_complete(3) refuses is dropped whole (`wr_error::bad_index()` is 0, nothing posted).
-/// Known provider limit: rdma-core 44's rxe computes the length of a multi-entry
-/// ibv_wr_set_sge_list(3) or ibv_wr_set_inline_data_list(3) wrongly (fixed upstream later); requests
-/// of one span, which use ibv_wr_set_sge(3) / ibv_wr_set_inline_data(3), are right everywhere.
+/// Known provider limit (detail/quirks.hpp): rdma-core 44's rxe computes the length of a
+/// multi-entry ibv_wr_set_sge_list(3) or ibv_wr_set_inline_data_list(3) wrongly (fixed upstream
+/// later); requests of one span, which use ibv_wr_set_sge(3) / ibv_wr_set_inline_data(3), are right
+/// everywhere.
 struct extended_post {
     static constexpr bool extended = true;
 };

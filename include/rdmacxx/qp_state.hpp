@@ -240,7 +240,7 @@ private:
         attr.dest_qp_num = remote.qpn;
         attr.rq_psn = remote.psn;
         attr.max_dest_rd_atomic = 255; // no more than the device's, unless asked (detail::apply)
-        attr.ah_attr = detail::address_vector(port, remote.lid, remote.gid, {});
+        attr.ah_attr = detail::address_vector(detail::local_end_of(port), remote.lid, remote.gid.native(), {});
         int mask = Transport::rtr_mask;
         detail::apply(settings, Transport::qp_type, dev, attr, mask);
         try {

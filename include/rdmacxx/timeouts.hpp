@@ -4,6 +4,7 @@
 /// (the 32-entry table of the InfiniBand specification), each made from a `std::chrono`
 /// duration with its rounding stated, and the retry limits that go with them.
 
+#include "rdmacxx/detail/quirks.hpp"
 #include "rdmacxx/error.hpp"
 
 #include <array>
@@ -22,12 +23,12 @@ inline constexpr std::uint8_t rnr_retry_infinite = 7;
 /// makes 7 a finite count of seven retransmissions, but Soft-RoCE (rxe) never decrements a
 /// counter of 7 (its completer skips the decrement at 7), so there a sender whose peer died
 /// silently retransmits for ever: use at most 6 where a dead peer must be detected
-/// (docs/devices.md).
+/// (`detail::quirks::rxe_endless_retry_count`, docs/devices.md).
 inline constexpr std::uint8_t max_retry_count = 7;
 
-/// The default transport retry count of every path (`qp_settings::retry_count`): 6, the largest count that is finite on
-/// every provider (not 7, which rxe retries for ever).
-inline constexpr std::uint8_t default_retry_count = 6;
+/// The default transport retry count of every path (`qp_settings::retry_count`): 6, the
+/// largest count that is finite on every provider (not 7, which rxe retries for ever).
+inline constexpr std::uint8_t default_retry_count = detail::quirks::largest_finite_retry_count; // 6
 
 /// The local ACK timeout of an RC QP, which governs this QP as a **sender**: how long it waits
 /// for an ACK (or NAK) of a request before it retransmits, `retry_count` times, and then

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -20,6 +21,20 @@ inline namespace v0 {
 
 template <class Completion>
 class completion_queue;
+
+namespace detail {
+
+/// The `wc_error` of the failed completion `wc`, with what tracking noted of its request
+/// (detail/tracking.hpp's `failure_note_hook`, set once a checked CQ has seen a failure).
+[[nodiscard]] inline wc_error failed_completion_error(ibv_wc const& wc) {
+    if (failure_note_fn const f = failure_note_hook.load(std::memory_order_acquire); f != nullptr) {
+        tracked_request request;
+        if (f(wc, request)) return {wc, request};
+    }
+    return wc_error(wc);
+}
+
+} // namespace detail
 
 /// One work completion (`ibv_wc`), typed. Same size and layout as `ibv_wc`, so a span of them is
 /// handed to ibv_poll_cq(3) as it is.

@@ -8,6 +8,7 @@
 /// themselves are in wr.hpp (and memory_window.hpp); see docs/adding-an-operation.md.
 /// @see ibv_post_send(3), ibv_wr_post(3)
 
+#include "rdmacxx/detail/quirks.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/memory.hpp"
 #include "rdmacxx/transport.hpp"
@@ -147,15 +148,14 @@ protected:
 
     /// Fills the fields every send-queue request has, and those a provider reads whatever the
     /// operation: the immediate data (0 here; the `_imm` requests overwrite it) and the XRC
-    /// remote SRQ number (rxe copies both into its WQE for every opcode). `next` is the caller's.
+    /// remote SRQ number. `next` is the caller's.
     void fill_common(ibv_send_wr& wr, ibv_wr_opcode opcode) const noexcept {
         wr.wr_id = wr_id_;
         wr.sg_list = const_cast<ibv_sge*>(sg_.entries.data()); // the provider only reads it
         wr.num_sge = static_cast<int>(Sges);
         wr.opcode = opcode;
         wr.send_flags = flags_;
-        wr.imm_data = 0;
-        wr.qp_type.xrc.remote_srqn = 0;
+        detail::quirks::zero_copied_fields(wr); // rxe copies them whatever the opcode: detail/quirks.hpp
     }
 
     /// Writes the payload with the extended API, after the operation's `ibv_wr_*` call: for one
@@ -224,8 +224,7 @@ public:
 protected:
     using send_wr_base<Derived, Sges>::send_wr_base;
     // The destination: on UD the address handle, remote QPN and Q_Key; on a connected transport
-    // the same 16 bytes zeroed, since rxe reads `wr.rdma.remote_addr` (which overlays `wr.ud.ah`)
-    // into its WQE for every opcode.
+    // the same 16 bytes zeroed.
     template <class Transport>
     void fill_destination(ibv_send_wr& wr) const noexcept {
         if constexpr (Transport::qp_type == IBV_QPT_UD) {
@@ -233,8 +232,7 @@ protected:
             wr.wr.ud.remote_qpn = dest_.remote_qpn;
             wr.wr.ud.remote_qkey = dest_.remote_qkey;
         } else {
-            wr.wr.rdma.remote_addr = 0;
-            wr.wr.rdma.rkey = 0;
+            detail::quirks::zero_remote_address(wr); // rxe reads them whatever the opcode: detail/quirks.hpp
         }
     }
 

@@ -196,7 +196,7 @@ TEST_CASE_TEMPLATE("posting and polling every work-request kind allocates nothin
 #include <optional>
 
 TEST_CASE("asio: a co_await loop of sends and receives allocates nothing per operation after warm-up") {
-    namespace rxa = rdmacxx::asio;
+    namespace rxa = rdmacxx::io;
     rx::context ctx = test::open_test_device();
     rx::end_port const port{ctx};
     rx::protection_domain pd{ctx};
@@ -255,7 +255,7 @@ TEST_CASE("asio: a co_await loop of sends and receives allocates nothing per ope
 // the operation takes no slot of the dispatcher's pool, posts nothing and leaves the
 // cancellation slot empty: the exception reaches the caller and the pool is as it was.
 TEST_CASE("asio: an allocation failure hooking the cancellation slot takes no slot and posts nothing") {
-    namespace rxa = rdmacxx::asio;
+    namespace rxa = rdmacxx::io;
     rx::context ctx = test::open_test_device();
     rx::end_port const port{ctx};
     rx::protection_domain pd{ctx};

@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 namespace rx = rdmacxx;
-namespace rxa = rdmacxx::asio;
+namespace rxa = rdmacxx::io;
 using namespace std::chrono_literals;
 
 namespace {

@@ -6,6 +6,7 @@
 // reads freed memory here. The Asio dispatcher is covered in asio_test.cpp, the peer group in
 // mpi/peer_group_test.cpp.
 
+#include "rdmacxx/bootstrap/peer_group.hpp"
 #include "rdmacxx/checked.hpp"
 #include "rdmacxx/rdmacxx.hpp"
 
@@ -74,9 +75,8 @@ std::vector<rx::work_completion> take(rx::completion_queue<Completion>& cq,
     std::vector<rx::work_completion> got;
     for (int seen = 0; !want.empty() && seen < 64; ++seen) {
         auto wc = test::next_completion(cq, 20s);
-        auto const it = std::find_if(want.begin(), want.end(), [&](auto const& w) {
-            return w.first == wc.qp_num() && w.second == wc.wr_id();
-        });
+        auto const it = std::find_if(want.begin(), want.end(),
+                                     [&](auto const& w) { return w.first == wc.qp_num() && w.second == wc.wr_id(); });
         if (it == want.end() && wc.status() == IBV_WC_WR_FLUSH_ERR) continue;
         REQUIRE_MESSAGE(it != want.end(), "an unexpected completion: QP " << wc.qp_num() << ", wr_id " << wc.wr_id());
         wc.throw_if_error();
@@ -325,13 +325,15 @@ struct verbs_objects {
         assign_into(xcq, std::make_unique<rx::completion_queue_ex<rx::busy_poll, xfields>>(*ctx, 16));
         assign_into(srq, std::make_unique<rx::shared_receive_queue>(*pd, 4));
         std::vector<std::byte> other(4096);
-        assign_into(mr, std::make_unique<rx::memory_region>(pd->register_memory(std::span{other}, rx::access::local_write)));
+        assign_into(
+            mr, std::make_unique<rx::memory_region>(pd->register_memory(std::span{other}, rx::access::local_write)));
         assign_into(mw1, std::make_unique<rx::memory_window<1>>(*pd));
         assign_into(mw2, std::make_unique<rx::memory_window<2>>(*pd));
         assign_into(rc_a, make<rx::rc, rx::busy_poll>(*cq)), assign_into(rc_b, make<rx::rc, rx::busy_poll>(*cq));
         assign_into(rcx_a, make<rx::rc, rx::busy_poll, rx::extended_post>(*cq));
         assign_into(rcx_b, make<rx::rc, rx::busy_poll, rx::extended_post>(*cq));
-        assign_into(uc_a, make<rx::uc, rx::event_driven>(*ecq)), assign_into(uc_b, make<rx::uc, rx::event_driven>(*ecq));
+        assign_into(uc_a, make<rx::uc, rx::event_driven>(*ecq)),
+            assign_into(uc_b, make<rx::uc, rx::event_driven>(*ecq));
         assign_into(ucx_a, make<rx::uc, rx::adaptive, rx::extended_post>(*acq));
         assign_into(ucx_b, make<rx::uc, rx::adaptive, rx::extended_post>(*acq));
         assign_into(ud_a, make<rx::ud, rx::busy_poll>(*cq)), assign_into(ud_b, make<rx::ud, rx::busy_poll>(*cq));
@@ -434,8 +436,8 @@ TEST_CASE("ownership: CM listeners, connections on own, shared and user resource
                                                 .srq = shared_srq.get(),
                                                 .channel = shared_channel.get()};
         test::background srv([&] {
-            server = std::make_unique<shared_connection>(
-                listener->get_request(20s).accept<rx::rc, rx::event_driven>(r));
+            server =
+                std::make_unique<shared_connection>(listener->get_request(20s).accept<rx::rc, rx::event_driven>(r));
         });
         auto client = std::make_unique<own_connection>(cm::connect<rx::rc, rx::busy_poll>(test::device_address(port)));
         srv.join();
@@ -533,8 +535,10 @@ TEST_CASE("ownership: CM listeners, connections on own, shared and user resource
     assign_into(user_cq, std::make_unique<rx::completion_queue<rx::busy_poll>>(ctx, 16));
     assign_into(client_qp, std::make_unique<user_qp>(*user_pd, *user_cq, *user_cq));
     assign_into(server_qp, std::make_unique<user_qp>(*user_pd, *user_cq, *user_cq));
-    assign_into(receiver, std::make_unique<cm::multicast_group<rx::busy_poll>>(local, cm::address::resolve("239.1.2.4", 0)));
-    assign_into(sender, std::make_unique<cm::multicast_group<rx::busy_poll>>(local, cm::address::resolve("239.1.2.5", 0)));
+    assign_into(receiver,
+                std::make_unique<cm::multicast_group<rx::busy_poll>>(local, cm::address::resolve("239.1.2.4", 0)));
+    assign_into(sender,
+                std::make_unique<cm::multicast_group<rx::busy_poll>>(local, cm::address::resolve("239.1.2.5", 0)));
     use("after every object was move-assigned into a live one");
     relocate_all();
     use("after every object moved again");

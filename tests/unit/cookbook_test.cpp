@@ -2,6 +2,7 @@
 // the figures the cookbook states, checked; plus the QoS argument checks and AF_IB addresses,
 // which need no device.
 #include "rdmacxx/cm/connection.hpp"
+#include "rdmacxx/cm/listener.hpp"
 
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/qp_settings.hpp"

@@ -1,17 +1,17 @@
 // A user who does not use checked<C> does not compile it: the verbs headers and the umbrella
 // header bring neither checked.hpp nor its ledgers, nor the mutex, hash map and iostream they
-// need. The checks are the preprocessor's and the compiler's: this file does not build when the
-// include chain comes back.
-#include "rdmacxx/cq.hpp"
-#include "rdmacxx/memory.hpp"
-#include "rdmacxx/post_policy.hpp"
-#include "rdmacxx/qp.hpp"
-#include "rdmacxx/srq.hpp"
-#include "rdmacxx/wr.hpp"
+// need; and the verbs umbrella brings nothing of librdmacm. The checks are the preprocessor's
+// and the compiler's: this file does not build when an include chain comes back.
+#include "rdmacxx/verbs.hpp"
 
 // libstdc++'s include guards (the library these builds use).
 #if defined(_GLIBCXX_MUTEX) || defined(_GLIBCXX_UNORDERED_MAP) || defined(_GLIBCXX_IOSTREAM) || defined(_GLIBCXX_THREAD)
 #error "a verbs header includes <mutex>, <unordered_map>, <iostream> or <thread>: checked.hpp's chain is back"
+#endif
+
+// <rdma/rdma_cma.h>'s include guard: a program of the verbs alone must link without librdmacm.
+#if defined(RDMA_CMA_H)
+#error "rdmacxx/verbs.hpp includes <rdma/rdma_cma.h>: a verbs header reaches the connection manager"
 #endif
 
 // The umbrella header: everything but checked.hpp (the CM brings <mutex> and <thread> of its own).
@@ -23,7 +23,7 @@
 
 #include <doctest/doctest.h>
 
-// Were checked.hpp or detail/ledger.hpp included, these declarations would clash with theirs.
+// Were checked.hpp or its ledgers (checked/) included, these declarations would clash with theirs.
 namespace rdmacxx {
 inline namespace v0 {
 [[maybe_unused]] constexpr int checked = 0;

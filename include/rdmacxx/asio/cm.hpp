@@ -34,7 +34,7 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace asio {
+namespace io {
 
 namespace detail {
 
@@ -270,7 +270,7 @@ auto async_accept(::asio::any_io_executor ex, cm::listener<Transport>& listener,
                             std::forward<Token>(token));
 }
 
-} // namespace asio
+} // namespace io
 } // namespace v0
 } // namespace rdmacxx
 #endif // ASIO_HAS_CO_AWAIT

@@ -11,7 +11,7 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace asio::detail {
+namespace io::detail {
 
 /// Puts a duplicate of `fd` (dup(2)) in `descriptor`, which then owns it. When `assign` throws
 /// (the reactor refuses the descriptor, or `descriptor` is open already) the duplicate is closed
@@ -29,6 +29,6 @@ inline void assign_duplicate(::asio::posix::stream_descriptor& descriptor, int f
     }
 }
 
-} // namespace asio::detail
+} // namespace io::detail
 } // namespace v0
 } // namespace rdmacxx

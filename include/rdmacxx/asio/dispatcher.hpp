@@ -44,7 +44,7 @@ inline namespace v0 {
 /// The Asio adapter (rdmacxx/asio.hpp): completions, connections and async events as Asio
 /// asynchronous operations, for callbacks, `asio::use_future`, `asio::experimental::deferred`
 /// and C++20 coroutines (`asio::use_awaitable`). Standalone Asio 1.22 or later.
-namespace asio {
+namespace io {
 
 /// Settings of a `completion_dispatcher`.
 struct dispatcher_options {
@@ -621,6 +621,6 @@ private:
     bool sweep_queued_ = false;
 };
 
-} // namespace asio
+} // namespace io
 } // namespace v0
 } // namespace rdmacxx

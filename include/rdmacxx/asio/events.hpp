@@ -21,7 +21,7 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace asio {
+namespace io {
 
 /// A context's async event queue on an Asio executor: a duplicate of the async event
 /// descriptor (non-blocking) in an `asio::posix::stream_descriptor`. Wait with
@@ -92,6 +92,6 @@ auto async_wait(async_event_stream& s, Token&& token) {
         token, s.descriptor());
 }
 
-} // namespace asio
+} // namespace io
 } // namespace v0
 } // namespace rdmacxx

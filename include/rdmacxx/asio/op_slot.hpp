@@ -28,7 +28,7 @@ struct ibv_cq;
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace asio::detail {
+namespace io::detail {
 
 /// Bytes of a handler kept in an operation slot itself; a larger handler goes to its associated
 /// allocator.
@@ -126,6 +126,6 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
         ::asio::dispatch(ex, Completer::bind(std::move(h), *r));
 }
 
-} // namespace asio::detail
+} // namespace io::detail
 } // namespace v0
 } // namespace rdmacxx

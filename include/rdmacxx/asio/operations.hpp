@@ -23,7 +23,7 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace asio {
+namespace io {
 
 /// Send-queue requests posted together by `async_post` as one chain, one doorbell: the
 /// operation completes with the completion of the last one, which is signaled; the others are
@@ -213,6 +213,6 @@ auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std:
         token);
 }
 
-} // namespace asio
+} // namespace io
 } // namespace v0
 } // namespace rdmacxx

@@ -20,7 +20,7 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace asio::detail {
+namespace io::detail {
 
 /// A fixed number of blocks of `block_bytes` bytes, handed out and taken back in any order
 /// (a free list), for handlers posted to one `io_context`, its owner. Made once, never grown.
@@ -134,6 +134,6 @@ void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handl
     }
 }
 
-} // namespace asio::detail
+} // namespace io::detail
 } // namespace v0
 } // namespace rdmacxx

@@ -55,7 +55,9 @@ struct peer_group_header {
         wire::put<4>(out + 12, flags);
     }
     static peer_group_header read(std::span<std::byte const> in) {
-        wire::check_header(in, bytes, magic, "a peer group's bootstrap blob");
+        if (std::string why = wire::header_fault(in, bytes, magic, "a peer group's bootstrap blob"); !why.empty())
+            [[unlikely]]
+            throw_argument(std::move(why));
         return {static_cast<std::uint32_t>(wire::get<4>(in.data() + 8)),
                 static_cast<std::uint32_t>(wire::get<4>(in.data() + 12))};
     }

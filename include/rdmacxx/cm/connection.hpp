@@ -579,6 +579,3 @@ connect(address const& destination, queue_pair<Transport, Completion, Post>& qp,
 } // namespace cm
 } // namespace v0
 } // namespace rdmacxx
-
-#include "rdmacxx/cm/listener.hpp"
-#include "rdmacxx/cm/multicast.hpp"

@@ -1,21 +1,22 @@
 #pragma once
 /// @file
 /// What the verbs headers know of `checked<C>` in-flight tracking without including it: the
-/// `tracks_in_flight` trait, the ledgers' names (defined in detail/ledger.hpp, which only
+/// `tracks_in_flight` trait, the ledgers' names (defined under checked/, which only
 /// checked.hpp includes), and two hooks through which the ledgers, once used, answer the
 /// questions of code that is not a template of the completion strategy (a memory region's
 /// requests in flight, what was noted of a failed completion). A program that never uses
 /// `checked<C>` compiles no mutex, hash map or ledger, and the hooks stay null.
 
 #include "rdmacxx/detail/verbs.hpp"
-#include "rdmacxx/error.hpp"
-#include "rdmacxx/in_flight.hpp"
 
 #include <atomic>
 #include <cstdint>
 
 namespace rdmacxx {
 inline namespace v0 {
+
+struct tracked_request; // error.hpp
+
 namespace detail {
 
 /// True for `checked<C>`.
@@ -24,8 +25,8 @@ inline constexpr bool tracks_in_flight = requires {
     requires C::tracks_in_flight;
 };
 
-class qp_tracking; // detail/ledger.hpp
-class cq_ledger;   // detail/ledger.hpp
+class qp_tracking; // checked/cq_ledger.hpp
+class cq_ledger;   // checked/cq_ledger.hpp
 
 /// `T`, named so that it depends on `C`: a use in a template of `C` is then checked only when
 /// instantiated (by then checked.hpp, which names `checked<C>`, has defined it).
@@ -50,14 +51,8 @@ inline std::atomic<failure_note_fn> failure_note_hook{nullptr};
     return f != nullptr ? f(mr->context, mr->lkey) : 0;
 }
 
-/// The `wc_error` of the failed completion `wc`, with what tracking noted of its request.
-[[nodiscard]] inline wc_error failed_completion_error(ibv_wc const& wc) {
-    if (failure_note_fn const f = failure_note_hook.load(std::memory_order_acquire); f != nullptr) {
-        tracked_request request;
-        if (f(wc, request)) return {wc, request};
-    }
-    return wc_error(wc);
-}
+// failed_completion_error, which asks failure_note_hook, is in work_completion.hpp: it makes a
+// wc_error, and this layer knows no error type.
 
 } // namespace detail
 } // namespace v0

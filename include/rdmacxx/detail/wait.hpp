@@ -4,7 +4,6 @@
 /// descriptor until a deadline.
 
 #include "rdmacxx/detail/verbs.hpp"
-#include "rdmacxx/error.hpp"
 
 #include <poll.h>
 
@@ -66,11 +65,11 @@ template <class Poll, class Now, class TimePoint>
     }
 }
 
-/// Waits until `fd` is readable or `deadline` passes (time_point::max(): no bound): true when
-/// readable, false when the deadline has passed. A signal (EINTR) restarts the wait with the
-/// time left, so that a true result always means readable.
-/// @throws sys_error when ppoll(2) fails otherwise.
-inline bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline, char const* what) {
+/// Waits until `fd` is readable or `deadline` passes (time_point::max(): no bound): 1 when
+/// readable, 0 when the deadline has passed, -1 with errno set when ppoll(2) fails (the caller
+/// throws: this layer knows no error type). A signal (EINTR) restarts the wait with the time
+/// left, so that 1 always means readable.
+[[nodiscard]] inline int wait_readable(int fd, std::chrono::steady_clock::time_point deadline) noexcept {
     using namespace std::chrono;
     for (;;) {
         pollfd p{fd, POLLIN, 0};
@@ -86,10 +85,10 @@ inline bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline
             bound = &ts;
         }
         int const rc = ::ppoll(&p, 1, bound, nullptr);
-        if (rc > 0) return true;
-        if (rc == 0) return false;
+        if (rc > 0) return 1;
+        if (rc == 0) return 0;
         if (errno != EINTR) [[unlikely]]
-            throw_errno("ppoll", what);
+            return -1;
     }
 }
 

@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// Internals of the wire formats (endpoint.hpp, memory.hpp): big-endian fields and the common
-/// header (4-byte magic, 1-byte version) checked on decoding.
-
-#include "rdmacxx/error.hpp"
+/// Internals of the wire formats (endpoint.hpp, memory.hpp, bootstrap/peer_group.hpp):
+/// big-endian fields and the common header (4-byte magic, 1-byte version) checked on decoding.
+/// The checks say what is wrong and the caller throws (`argument_error`): this layer knows no
+/// error type.
 
 #include <array>
 #include <cstddef>
@@ -41,27 +41,26 @@ constexpr void put_header(std::byte* out, std::array<char, 4> const& magic) noex
     out[4] = static_cast<std::byte>(version);
 }
 
-/// Checks that `in` holds at least `size` bytes that start with `magic` and this version.
-/// @throws argument_error naming `what` and what is wrong.
-inline void check_header(std::span<std::byte const> in, std::size_t size, std::array<char, 4> const& magic,
-                         char const* what) {
+/// What is wrong with `in` as the start of `what`'s encoding (at least `size` bytes that start
+/// with `magic` and this version), naming `what`; empty when nothing is.
+[[nodiscard]] inline std::string header_fault(std::span<std::byte const> in, std::size_t size,
+                                              std::array<char, 4> const& magic, char const* what) {
     if (in.size() < size) [[unlikely]]
-        throw_argument(std::string{"cannot decode "} + what + ": " + std::to_string(in.size()) +
-                       " bytes are too short, the encoding has " + std::to_string(size));
+        return std::string{"cannot decode "} + what + ": " + std::to_string(in.size()) +
+               " bytes are too short, the encoding has " + std::to_string(size);
     for (std::size_t i = 0; i < 4; ++i)
         if (in[i] != static_cast<std::byte>(magic[i])) [[unlikely]]
-            throw_argument(std::string{"cannot decode "} + what + ": corrupt, the magic is not \"" +
-                           std::string{magic.data(), 4} + "\"");
+            return std::string{"cannot decode "} + what + ": corrupt, the magic is not \"" +
+                   std::string{magic.data(), 4} + "\"";
     if (auto const v = static_cast<std::uint8_t>(in[4]); v != version) [[unlikely]]
-        throw_argument(std::string{"cannot decode "} + what + ": wire-format version " + std::to_string(v) +
-                       ", this library reads version " + std::to_string(version));
+        return std::string{"cannot decode "} + what + ": wire-format version " + std::to_string(v) +
+               ", this library reads version " + std::to_string(version);
+    return {};
 }
 
-/// Refuses non-zero reserved bits.
-/// @throws argument_error naming `what` and `field`.
-inline void check_reserved(bool zero, char const* what, char const* field) {
-    if (!zero) [[unlikely]]
-        throw_argument(std::string{"cannot decode "} + what + ": corrupt, reserved bits of " + field + " are set");
+/// The complaint about set reserved bits of `field` in `what`'s encoding.
+[[nodiscard]] inline std::string reserved_fault(char const* what, char const* field) {
+    return std::string{"cannot decode "} + what + ": corrupt, reserved bits of " + field + " are set";
 }
 
 } // namespace detail::wire

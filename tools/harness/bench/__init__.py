@@ -33,7 +33,7 @@ default 4G so that 1 GiB registrations fit) in which it:
      suite: Google Benchmark, rdmacxx against the raw-verbs twin doing identical work in the same
      process, group by group (lat, bw, rate, cq) in PASSES processes (default 2) of --reps
      interleaved repetitions (default 3); and in the same passes the group asio
-     (benchmarks/bench-asio, when built): co_await on rdmacxx::asio against the plain
+     (benchmarks/bench-asio, when built): co_await on rdmacxx::io against the plain
      event-driven twin (rdmacxx, no Asio) and the raw-verbs event-driven twin, 8-byte SEND and
      WRITE-with-immediate round trips and the SEND message rate with 64 in flight;
 then, on the host, prints the tables: DIR/head-to-head.txt (per row the perftest and

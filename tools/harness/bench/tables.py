@@ -156,7 +156,7 @@ def suite_asio(asio_rows):
         return []
     hdr = (f"{'row':<28} {'unit':<11} {'co_await':>9} {'plain':>9} {'raw':>9} {'co_await/plain':>14} "
            f"{'co_await/raw':>12} {'plain/raw':>9} {'allocs/op':>9}")
-    lines = ["", "## Asio: co_await on rdmacxx::asio against the plain event-driven twin (rdmacxx, no Asio) and the "
+    lines = ["", "## Asio: co_await on rdmacxx::io against the plain event-driven twin (rdmacxx, no Asio) and the "
              "raw-verbs event-driven twin (bench-asio)", hdr, "-" * len(hdr)]
     for r in asio_rows:
         al = r["allocs_per_op"]["coawait"]

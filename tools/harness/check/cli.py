@@ -10,7 +10,8 @@ builds the chosen suites need, then runs the suites (all of them by default, in 
   unit          the unit tests (no device) of the g++, clang++ and ASan+UBSan builds (suite unit)
   compile-fail  misuse must not compile, with its sentence, g++ and clang++ (suite compile_fail)
   fuzz          one libFuzzer target per text parser, 6 s each (tools/fuzz)
-  consumers     the five ways users pull rdmacxx in (tools/consumers)
+  consumers     the five ways users pull rdmacxx in, and a program of the verbs alone linked
+                without librdmacm (tools/consumers)
   device        one tools/softroce run (Soft-RoCE; a VM on a host without an RDMA stack): the
                 device tests of the g++ and ASan+UBSan builds (meson suite device), the no-heap
                 and Asio tests, the examples (server and client pairs), rdmacxx-perf and

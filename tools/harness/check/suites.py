@@ -104,7 +104,8 @@ def suite_fuzz(ctx: Context) -> None:
 
 
 def suite_consumers(ctx: Context) -> None:
-    """The five ways users pull rdmacxx in (tools/consumers); their programs run on the device."""
+    """The five ways users pull rdmacxx in, and a verbs-only program linked without librdmacm
+    (tools/consumers); their programs run on the device."""
     failures = run(["tools/consumers", str(ctx.top / "build-check-consumers")], ctx.top,
                    limit=900).returncode
     if failures:
@@ -294,7 +295,7 @@ SUITES: dict[str, Suite] = {
               ("gcc", "clang")),
         Suite("fuzz", (), suite_fuzz, "fuzz: one libFuzzer target per text parser (6 s each)"),
         Suite("consumers", (), suite_consumers,
-              "consumer projects: the five ways users pull rdmacxx in"),
+              "consumer projects: the five ways users pull rdmacxx in, and verbs without librdmacm"),
         Suite("device", ("gcc", "clang", "asan", "release"), suite_device,
               "on a real RDMA device (tools/softroce): device tests, examples, consumers, "
               "instruction counts"),
