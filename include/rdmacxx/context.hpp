@@ -3,11 +3,11 @@
 /// `context`: an open RDMA device, with its device and port attributes, its GID and P_Key tables
 /// and GID selection.
 
-#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/device.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
 #include "rdmacxx/limits.hpp"
+#include "rdmacxx/ownership.hpp"
 
 #include <ifaddrs.h>
 #include <net/if.h>

@@ -5,10 +5,10 @@
 /// `completion_batch` are in work_completion.hpp, which this header includes.
 
 #include "rdmacxx/context.hpp"
-#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/detail/tracking.hpp"
 #include "rdmacxx/detail/wait.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
 #include "rdmacxx/work_completion.hpp"
 
 #include <arpa/inet.h>

@@ -3,8 +3,8 @@
 /// `protection_domain`: the owner of memory regions, QPs and address handles.
 
 #include "rdmacxx/context.hpp"
-#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
 
 #include "rdmacxx/access.hpp"
 
@@ -60,7 +60,8 @@ public:
     template <class Derived>
         requires(std::derived_from<std::remove_cvref_t<Derived>, protection_domain> &&
                  !std::same_as<std::remove_cvref_t<Derived>, protection_domain>)
-    protection_domain(Derived&&) = delete;
+    protection_domain(Derived&&)
+    = delete;
     /// As the constructor above: assigning a derived domain to a plain one does not compile.
     template <class Derived>
         requires(std::derived_from<std::remove_cvref_t<Derived>, protection_domain> &&

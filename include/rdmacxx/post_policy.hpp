@@ -6,8 +6,10 @@
 #include "rdmacxx/transport.hpp"
 #include "rdmacxx/wr.hpp"
 
+#include <cerrno>
 #include <concepts>
 #include <cstdint>
+#include <string>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -48,6 +50,42 @@ inline constexpr std::uint64_t window_send_ops =
 template <class Transport>
 constexpr std::uint64_t send_ops_for() noexcept {
     return Transport::send_ops;
+}
+
+/// Creates a QP of `Transport` with the extended post API (ibv_create_qp_ex(3), its operation
+/// set announced) from the attributes `init` (whose `cap` becomes what the device gave), in
+/// `pd`. A provider whose extended API has no memory-window operations refuses the whole set
+/// (EOPNOTSUPP or EINVAL): the QP is then made without them and `window_ops` cleared, and posting
+/// one to it is refused before the device.
+/// @throws sys_error naming ibv_create_qp_ex and the device when the QP cannot be made.
+template <class Transport>
+[[nodiscard]] ibv_qp* create_qp_ex(ibv_pd* pd, ibv_qp_init_attr& init, bool& window_ops) {
+    ibv_qp_init_attr_ex ex{};
+    ex.send_cq = init.send_cq;
+    ex.recv_cq = init.recv_cq;
+    ex.srq = init.srq;
+    ex.cap = init.cap;
+    ex.qp_type = init.qp_type;
+    ex.sq_sig_all = init.sq_sig_all;
+    ex.pd = pd;
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    ex.send_ops_flags = send_ops_for<Transport>();
+    ibv_context* const verbs = pd->context;
+    ibv_qp* qp = ::ibv_create_qp_ex(verbs, &ex);
+    if (int const err = errno;
+        qp == nullptr && (ex.send_ops_flags & window_send_ops) != 0 && (err == EOPNOTSUPP || err == EINVAL)) {
+        ex.send_ops_flags &= ~window_send_ops;
+        qp = ::ibv_create_qp_ex(verbs, &ex);
+        window_ops = false;
+    }
+    if (qp == nullptr) [[unlikely]]
+        throw_errno("ibv_create_qp_ex", [&] {
+            return std::string{"for a "} + Transport::name + " QP with the extended post API (ibv_wr_*) on " +
+                   std::string{::ibv_get_device_name(verbs->device)} +
+                   ": the device may not support it; use legacy_post";
+        });
+    init.cap = ex.cap;
+    return qp;
 }
 
 /// Writes one typed request with the extended API (between ibv_wr_start and ibv_wr_complete),

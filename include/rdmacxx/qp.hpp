@@ -56,15 +56,13 @@ template <transport Transport, completion_strategy Completion, post_policy Post 
 class queue_pair : public qp_state_machine<queue_pair<Transport, Completion, Post>, Transport> {
     friend class qp_state_machine<queue_pair, Transport>;
 
+    static constexpr bool tracked = detail::tracks_in_flight<Completion>;
+
 public:
     using transport_type = Transport;
     using completion_type = Completion;
     using post_type = Post;
 
-private:
-    static constexpr bool tracked = detail::tracks_in_flight<Completion>;
-
-public:
     /// Creates a QP in `pd` whose send completions go to `send_cq` and receive completions to
     /// `recv_cq` (they may be the same CQ), sized by `caps`.
     /// @throws sys_error when ibv_create_qp(3) fails (EINVAL for caps past the device limits).
@@ -105,34 +103,16 @@ private:
     queue_pair(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
                shared_receive_queue* srq, qp_capabilities const& caps)
         : pd_(pd.anchor_cell()), anchor_(this) {
-        ibv_qp_init_attr init{};
-        init.srq = srq != nullptr ? srq->native_handle() : nullptr;
-        init.send_cq = send_cq.native_handle();
-        init.recv_cq = recv_cq.native_handle();
-        init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_recv_wr = srq != nullptr ? 0 : caps.max_recv_wr;
-        init.cap.max_send_sge = caps.max_send_sge;
-        init.cap.max_recv_sge = caps.max_recv_sge;
-        init.cap.max_inline_data = caps.max_inline_data;
-        init.qp_type = Transport::qp_type;
-        init.sq_sig_all = 0;
+        ibv_qp_init_attr init =
+            detail::qp_init_attributes(Transport::qp_type, send_cq.native_handle(), recv_cq.native_handle(),
+                                       srq != nullptr ? srq->native_handle() : nullptr, caps);
         if constexpr (Post::extended)
             create_extended(pd, init);
         else
             qp_.reset(::ibv_create_qp(pd.native_handle(), &init));
         if (!qp_) [[unlikely]]
-            detail::throw_errno("ibv_create_qp", [&] {
-                // Appended one piece at a time: g++ 12 at -O2 without -g misreads the chain of
-                // operator+ on a temporary as an out-of-bounds memcpy (-Warray-bounds).
-                std::string what{"for a "};
-                what += Transport::name;
-                what += " QP with max_send_wr " + std::to_string(caps.max_send_wr);
-                what += ", max_recv_wr " + std::to_string(caps.max_recv_wr);
-                what += ", max_inline_data " + std::to_string(caps.max_inline_data);
-                return what;
-            });
-        caps_ = {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge, init.cap.max_recv_sge,
-                 init.cap.max_inline_data};
+            detail::throw_errno("ibv_create_qp", [&] { return detail::describe_request(Transport::name, caps); });
+        caps_ = detail::granted(init);
         psn_ = std::random_device{}() & 0xffffffU;
         if constexpr (tracked) track(send_cq, recv_cq);
     }
@@ -142,36 +122,10 @@ private:
             qp_->context, qp_->qp_num, send_cq.in_flight_ledger(), recv_cq.in_flight_ledger());
     }
 
-    // The extended post API: ibv_create_qp_ex(3) with the transport's operations announced.
+    // The extended post API: the QP made by detail::create_qp_ex, and its ibv_qp_ex.
     void create_extended(protection_domain& pd, ibv_qp_init_attr& init) {
-        ibv_qp_init_attr_ex ex{};
-        ex.send_cq = init.send_cq;
-        ex.recv_cq = init.recv_cq;
-        ex.srq = init.srq;
-        ex.cap = init.cap;
-        ex.qp_type = init.qp_type;
-        ex.sq_sig_all = init.sq_sig_all;
-        ex.pd = pd.native_handle();
-        ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-        ex.send_ops_flags = detail::send_ops_for<Transport>();
-        // The domain's own verbs context: valid whether or not the rdmacxx::context has moved.
-        ibv_context* const verbs = pd.native_handle()->context;
-        qp_.reset(::ibv_create_qp_ex(verbs, &ex));
-        if (int const err = errno;
-            !qp_ && (ex.send_ops_flags & detail::window_send_ops) != 0 && (err == EOPNOTSUPP || err == EINVAL)) {
-            // A provider whose extended API has no memory-window operations refuses the whole
-            // set: the QP is made without them, and posting one to it is refused (refusal).
-            ex.send_ops_flags &= ~detail::window_send_ops;
-            qp_.reset(::ibv_create_qp_ex(verbs, &ex));
-            window_ops_ = false;
-        }
-        if (!qp_) [[unlikely]]
-            detail::throw_errno("ibv_create_qp_ex", [&] {
-                return std::string{"for a "} + Transport::name + " QP with the extended post API (ibv_wr_*) on " +
-                       std::string{::ibv_get_device_name(verbs->device)} +
-                       ": the device may not support it; use legacy_post";
-            });
-        init.cap = ex.cap;
+        ibv_context* const verbs = pd.native_handle()->context; // valid wherever the context moved
+        qp_.reset(detail::create_qp_ex<Transport>(pd.native_handle(), init, window_ops_));
         qpx_ = ::ibv_qp_to_qp_ex(qp_.get());
         if (qpx_ == nullptr) [[unlikely]]
             detail::throw_sys(EOPNOTSUPP, "ibv_qp_to_qp_ex",
@@ -218,14 +172,6 @@ private:
         detail::throw_post(rc, std::is_same_v<Wr, ibv_send_wr> ? "ibv_post_send" : "ibv_post_recv", base + i,
                            user_wr_id, opcode, qp_num());
     }
-    // The opcode of a chain's request for wr_error: -1 for a receive.
-    template <class Wr>
-    static int opcode_of(Wr const& wr) noexcept {
-        if constexpr (std::is_same_v<Wr, ibv_send_wr>)
-            return wr.opcode;
-        else
-            return -1;
-    }
 
     // submit of the first `n` requests of `chain`, throwing wr_error as post does; its bad_index
     // counts from `base`.
@@ -236,10 +182,10 @@ private:
         if (int rc = submit(chain.data(), n, bad_wr, first); rc != 0) [[unlikely]] {
             std::size_t const i = detail::index_of(chain, n, bad_wr);
             if constexpr (tracked)
-                throw_refused<Wr>(rc, i, chain[i].wr_id, opcode_of(chain[i]), first, base);
+                throw_refused<Wr>(rc, i, chain[i].wr_id, detail::opcode_of(chain[i]), first, base);
             else
                 detail::throw_post(rc, std::is_same_v<Wr, ibv_send_wr> ? "ibv_post_send" : "ibv_post_recv", base + i,
-                                   chain[i].wr_id, opcode_of(chain[i]), qp_num());
+                                   chain[i].wr_id, detail::opcode_of(chain[i]), qp_num());
         }
     }
 
@@ -435,13 +381,15 @@ public:
         if constexpr (detail::any_posted_effect<Wrs...>) detail::apply_posted(sizeof...(Wrs), wrs...);
     }
 
-    /// Posts a run of requests of one type, built on the stack and chained `max_chain` at a
-    /// time (one doorbell per 64 requests, no heap allocation).
+    /// Posts a run of requests of one type (a span of const or non-const requests, e.g.
+    /// `std::span{vector}`), built on the stack and chained `max_chain` at a time (one doorbell
+    /// per 64 requests, no heap allocation).
     /// @throws argument_error (nothing of that chunk posted) as `post(wrs…)`; wr_error whose
     ///         `bad_index()` counts from the start of `wrs` when ibv_post_send(3) refuses one.
     template <class W>
-        requires postable_on<W, Transport>
-    void post(std::span<W const> wrs) {
+        requires postable_on<std::remove_const_t<W>, Transport>
+    void post(std::span<W> requests) {
+        std::span<std::remove_const_t<W> const> const wrs{requests};
         if constexpr (Post::extended) {
             for (std::size_t i = 0; i < wrs.size(); ++i)
                 check_one(wrs[i], i);
@@ -474,23 +422,21 @@ public:
         }
     }
 
-    /// As `post(std::span<W const>)`, for a span of non-const requests (`std::span{vector}`).
-    template <class W>
-        requires(!std::is_const_v<W> && postable_on<W, Transport>)
-    void post(std::span<W> wrs) { post(std::span<W const>{wrs}); }
-
     /// Requests per doorbell of `post(std::span)` and `post_recv(std::span)`.
     static constexpr std::size_t max_chain = 64;
 
-    /// Posts a run of receive requests of one type whose length is known only at run time:
+    /// Posts a run of receive requests of one type whose length is known only at run time (a
+    /// span of const or non-const requests):
     /// built on the stack (no heap allocation) and chained `max_chain` at a time, so that up to
     /// 64 receives reach the device with one ibv_post_recv(3), one doorbell.
     /// @throws wr_error whose `bad_index()` counts from the start of `wrs` when ibv_post_recv(3)
     ///         refuses one (e.g. ENOMEM on a full receive queue): those before it were posted,
     ///         it and those after it were not.
     /// @see ibv_post_recv(3)
-    template <recv_work_request W>
-    void post_recv(std::span<W const> wrs) {
+    template <class W>
+        requires recv_work_request<std::remove_const_t<W>>
+    void post_recv(std::span<W> requests) {
+        std::span<std::remove_const_t<W> const> const wrs{requests};
         for (std::size_t base = 0; base < wrs.size(); base += max_chain) {
             std::size_t const n = std::min(max_chain, wrs.size() - base);
             std::array<ibv_recv_wr, max_chain> chain; // build and next set every field: no zeroing
@@ -501,10 +447,6 @@ public:
             submit_or_throw(chain, n, base);
         }
     }
-    /// As `post_recv(std::span<W const>)`, for a span of non-const requests.
-    template <recv_work_request W>
-        requires(!std::is_const_v<W>)
-    void post_recv(std::span<W> wrs) { post_recv(std::span<W const>{wrs}); }
 
     /// Any request the transport cannot carry lands here and fails to compile with the sentence
     /// of the operation (its `require_transport`).
@@ -637,21 +579,17 @@ private:
         return bad;
     }
 
-    struct deleter {
-        void operator()(ibv_qp* q) const noexcept { (void)::ibv_destroy_qp(q); }
-    };
     detail::link<protection_domain> pd_; // the domain's stable cell: valid when the domain moves
-    struct untracked {};
+    struct none {};                      // what an untracked QP tracks, or a legacy_post QP holds for its ibv_qp_ex
     // Before qp_: destroyed after it, so that the ledger outlives the ibv_qp it accounts for.
-    [[no_unique_address]] std::conditional_t<tracked, std::unique_ptr<detail::qp_tracking>, untracked> tracking_{};
-    std::unique_ptr<ibv_qp, deleter> qp_;
-    struct no_extended_api {};
-    [[no_unique_address]] std::conditional_t<Post::extended, ibv_qp_ex*, no_extended_api> qpx_{};
+    [[no_unique_address]] std::conditional_t<tracked, std::unique_ptr<detail::qp_tracking>, none> tracking_{};
+    std::unique_ptr<ibv_qp, detail::destroy_with<&::ibv_destroy_qp>> qp_;
+    [[no_unique_address]] std::conditional_t<Post::extended, ibv_qp_ex*, none> qpx_{};
     qp_capabilities caps_{};
     std::uint32_t psn_ = 0;
     std::uint32_t path_mtu_bytes_ = 0;
     bool atomics_ = true;
-    bool window_ops_ = true; // false: an extended QP whose device refused the memory-window operations
+    bool window_ops_ = true;            // false: an extended QP whose device refused the memory-window operations
     detail::anchor<queue_pair> anchor_; // after qp_: the QP is destroyed when it throws
 };
 

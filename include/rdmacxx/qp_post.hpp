@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace rdmacxx {
@@ -134,6 +135,14 @@ std::uint64_t first_wr_id(W const& w, Rest const&...) noexcept {
 template <class W, class...>
 constexpr int first_opcode() noexcept {
     return W::opcode;
+}
+/// The opcode of a chain's request for wr_error: -1 for a receive.
+template <class Wr>
+constexpr int opcode_of(Wr const& wr) noexcept {
+    if constexpr (std::is_same_v<Wr, ibv_send_wr>)
+        return wr.opcode;
+    else
+        return -1;
 }
 } // namespace detail
 

@@ -4,8 +4,8 @@
 /// completion on every n-th only and accounts for the rest.
 
 #include "rdmacxx/cq.hpp"
-#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -90,7 +90,7 @@ private:
         head_ = (head_ + 1) % batches_.size();
     }
 
-    detail::link<QueuePair> qp_;                   // the QP's stable cell: valid when the QP moves
+    detail::link<QueuePair> qp_;                         // the QP's stable cell: valid when the QP moves
     detail::link<completion_queue<completion_type>> cq_; // the CQ's stable cell: valid when the CQ moves
     std::uint32_t every_;
     std::uint32_t depth_;

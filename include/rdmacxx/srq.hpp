@@ -2,8 +2,8 @@
 /// @file
 /// `shared_receive_queue`: one pool of receive buffers for several QPs.
 
-#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/wr.hpp"
 

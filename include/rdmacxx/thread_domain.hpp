@@ -4,8 +4,8 @@
 /// thread at a time, so it may drop its locks.
 
 #include "rdmacxx/context.hpp"
-#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
 
 #include <cerrno>
 #include <memory>

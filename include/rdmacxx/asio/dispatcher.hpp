@@ -5,12 +5,13 @@
 /// each work completion to the operation that posted it. The operations themselves
 /// (`async_post`, `async_recv`, `async_wait`) are in rdmacxx/asio/operations.hpp.
 
+#include "rdmacxx/asio/cq_entry.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/cq.hpp"
-#include "rdmacxx/detail/anchor.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
 #include "rdmacxx/qp.hpp"
 
 #include <asio/any_io_executor.hpp>
@@ -114,8 +115,8 @@ public:
     ///         fcntl(2) fails.
     completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
         : ex_(std::move(ex)), channel_(channel.anchor_cell()), descriptor_(ex_), slots_(check_size(opt.max_operations)),
-          anchor_(this), pool_(std::make_shared<detail::post_pool>(
-                                                slots_.size() + 4, &::asio::query(ex_, ::asio::execution::context))) {
+          anchor_(this), pool_(std::make_shared<detail::post_pool>(slots_.size() + 4,
+                                                                   &::asio::query(ex_, ::asio::execution::context))) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
         for (std::uint32_t i = 0; i < slots_.size(); ++i)
@@ -165,15 +166,7 @@ public:
         if (find(cq.native_handle()) != nullptr) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ was added to this completion dispatcher already");
         cq.arm(); // first: a CQ that cannot be armed is not added
-        cqs_.push_back(cq_entry{cq.anchor_cell().erased(),
-                                cq.native_handle(),
-                                &poll_cq<Completion>,
-                                &arm_cq<Completion>,
-                                &note_cq<Completion>,
-                                mode == cq_mode::batch,
-                                true,
-                                npos,
-                                {}});
+        cqs_.push_back(cq_entry::of(cq, mode == cq_mode::batch));
     }
 
     /// Stops serving `cq` (added with `add`), so that it can be destroyed or added elsewhere.
@@ -251,6 +244,7 @@ public:
 
     /// @cond
     static constexpr std::uint32_t npos = ~std::uint32_t{0};
+    static_assert(npos == detail::cq_entry::no_waiter, "an entry with no waiter names no slot");
 
     // Takes a slot for `handler` (moved in), hooks its cancellation slot; npos when none is free
     // (the handler is left as it was). `qp` and `cq` name where it was posted and where its
@@ -375,18 +369,8 @@ public:
         reading_ = true; // once the wait is queued (queuing may throw)
     }
 
-    // Batch waits: the entry of `cq`, or null.
-    struct cq_entry {
-        std::shared_ptr<void const> cq; // the CQ's cell (`link::erased`): followed when the CQ moves
-        ibv_cq* native;
-        std::size_t (*poll)(void const*, std::span<work_completion>);
-        void (*arm)(void const*);
-        void (*note)(void const*);
-        bool batch;
-        bool armed; // routed: its next completion raises an event (reset when the event is read)
-        std::uint32_t waiter;
-        std::span<work_completion> out;
-    };
+    using cq_entry = detail::cq_entry;
+    // The entry of `cq`, or null.
     [[nodiscard]] cq_entry* find(ibv_cq* native) noexcept {
         for (auto& e : cqs_)
             if (e.native == native) return &e;
@@ -415,33 +399,11 @@ private:
 
     // The channel, wherever it has moved to.
     completion_channel& channel() const { return channel_.get("completion dispatcher", "completion channel"); }
-    // The CQ of an entry, wherever it has moved to.
-    template <class C>
-    static completion_queue<C>& entry_cq(void const* cell) {
-        completion_queue<C>* const cq = rdmacxx::detail::link<completion_queue<C>>::follow(cell);
-        if (cq == nullptr) [[unlikely]]
-            rdmacxx::detail::throw_orphaned("completion dispatcher", "CQ");
-        return *cq;
-    }
-
     static std::uint32_t check_size(std::uint32_t n) {
         if (n == 0 || n > (1U << 31)) [[unlikely]]
             rdmacxx::detail::throw_argument("a completion dispatcher holds 1 to 2^31 operations, not " +
                                             std::to_string(n));
         return n;
-    }
-
-    template <class C>
-    static std::size_t poll_cq(void const* cq, std::span<work_completion> out) {
-        return entry_cq<C>(cq).poll(out);
-    }
-    template <class C>
-    static void arm_cq(void const* cq) {
-        entry_cq<C>(cq).arm();
-    }
-    template <class C>
-    static void note_cq(void const* cq) {
-        entry_cq<C>(cq).note_event();
     }
 
     void release(std::uint32_t index) noexcept {
@@ -611,7 +573,7 @@ private:
     std::vector<detail::op_slot> slots_;
     std::vector<cq_entry> cqs_;
     rdmacxx::detail::anchor<completion_dispatcher> anchor_; // where its handlers find it; null once gone
-    std::shared_ptr<detail::post_pool> pool_; // the handlers it posts: one block per slot and its sweep
+    std::shared_ptr<detail::post_pool> pool_;               // the handlers it posts: one block per slot and its sweep
     std::uint32_t free_ = 0;
     std::size_t pending_ = 0;
     std::size_t abandoned_ = 0;

@@ -13,7 +13,7 @@
 #include "rdmacxx/cm/monitor.hpp"
 #include "rdmacxx/cm/resources.hpp"
 #include "rdmacxx/cq.hpp"
-#include "rdmacxx/detail/anchor.hpp"
+#include "rdmacxx/ownership.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/qp.hpp"

@@ -210,16 +210,9 @@ public:
     [[nodiscard]] queue_pair<Transport, Completion>
     create_qp(protection_domain& pd, completion_queue<Completion>& send_cq, completion_queue<Completion>& recv_cq,
               shared_receive_queue* srq, qp_capabilities const& caps = {}) {
-        ibv_qp_init_attr init{};
-        init.send_cq = send_cq.native_handle();
-        init.recv_cq = recv_cq.native_handle();
-        init.srq = srq != nullptr ? srq->native_handle() : nullptr;
-        init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_recv_wr = srq != nullptr ? 0 : caps.max_recv_wr;
-        init.cap.max_send_sge = caps.max_send_sge;
-        init.cap.max_recv_sge = caps.max_recv_sge;
-        init.cap.max_inline_data = caps.max_inline_data;
-        init.qp_type = Transport::qp_type;
+        ibv_qp_init_attr init =
+            rdmacxx::detail::qp_init_attributes(Transport::qp_type, send_cq.native_handle(), recv_cq.native_handle(),
+                                                srq != nullptr ? srq->native_handle() : nullptr, caps);
         ibv_qp* made = nullptr;
         if constexpr (Transport::connected) {
             // Not rdma_create_qp: librdmacm would move an id's QP to RTR and RTS itself with the
@@ -252,14 +245,8 @@ public:
             if (::ibv_query_port(handle_->verbs, handle_->port_num, &port) == 0) mtu = mtu_bytes(port.active_mtu);
         }
         try {
-            return queue_pair<Transport, Completion>{adopt_qp,
-                                                     pd,
-                                                     made,
-                                                     {init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge,
-                                                      init.cap.max_recv_sge, init.cap.max_inline_data},
-                                                     mtu,
-                                                     send_cq,
-                                                     recv_cq};
+            qp_capabilities const granted = rdmacxx::detail::granted(init);
+            return queue_pair<Transport, Completion>{adopt_qp, pd, made, granted, mtu, send_cq, recv_cq};
         } catch (...) { // the ledger of a checked QP could not be made, and the QP is gone with it
             handle_->qp = nullptr;
             pending_.qp = nullptr;

@@ -4,7 +4,7 @@
 /// attached, on its own PD and CQ or on `cm::resources` you own.
 
 #include "rdmacxx/cm/connection.hpp"
-#include "rdmacxx/detail/anchor.hpp"
+#include "rdmacxx/ownership.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -134,8 +134,8 @@ private:
                 send_cq_ = recv_cq_ = own_cq_->anchor_cell();
                 if (own_channel_) comp_channel_ = own_channel_->anchor_cell();
             }
-            qp_.emplace(id_.template create_qp<ud, Completion>(pd(), cq(), recv_cq(),
-                                                               r != nullptr ? r->srq : nullptr, opt.caps));
+            qp_.emplace(id_.template create_qp<ud, Completion>(pd(), cq(), recv_cq(), r != nullptr ? r->srq : nullptr,
+                                                               opt.caps));
             id_.join_multicast(group_);
             joined_ = true;
             event e = detail::expect(channel_, event_type::multicast_join, opt.deadlines.event,

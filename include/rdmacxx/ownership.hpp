@@ -2,7 +2,9 @@
 /// @file
 /// `anchor` and `link`: how every object reaches the object it was made from (its parent: a
 /// context, protection domain, thread domain, CQ, completion channel, SRQ or queue pair) when
-/// the parent may move or be destroyed after its children exist. See docs/ownership.md.
+/// the parent may move or be destroyed after its children exist. See docs/ownership.md. The
+/// cells are internals (namespace `detail`); the model is the library's, so the header sits
+/// beside the objects that use it, above `error.hpp`, whose `orphaned_error` it throws.
 
 #include "rdmacxx/error.hpp"
 

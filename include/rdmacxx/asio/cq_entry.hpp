@@ -1,0 +1,80 @@
+#pragma once
+/// @file
+/// Internals of the Asio adapter: `cq_entry`, a CQ as a `completion_dispatcher` serves it,
+/// whatever its completion strategy.
+
+#include "rdmacxx/cq.hpp"
+#include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
+#include "rdmacxx/work_completion.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace io {
+namespace detail {
+
+/// A CQ a dispatcher serves: its cell (`link::erased`, followed when the CQ moves), its handle,
+/// its poll, arm and event count through the CQ's own strategy (type-erased), and how it is
+/// served. Thread-safety: the dispatcher's.
+struct cq_entry {
+    std::shared_ptr<void const> cq; ///< the CQ's cell
+    ibv_cq* native;
+    std::size_t (*poll)(void const*, std::span<work_completion>);
+    void (*arm)(void const*);
+    void (*note)(void const*);
+    bool batch;                     ///< served by `async_wait` (else routed by `wr_id`)
+    bool armed;                     ///< routed: its next completion raises an event (reset when read)
+    std::uint32_t waiter;           ///< batch: the slot of the pending `async_wait`, or `no_waiter`
+    std::span<work_completion> out; ///< batch: where that wait's completions go
+
+    static constexpr std::uint32_t no_waiter = ~std::uint32_t{0};
+
+    /// The entry of `cq`, armed already, served as a batch CQ or routed.
+    /// @throws std::bad_alloc
+    template <class C>
+    [[nodiscard]] static cq_entry of(completion_queue<C>& cq, bool batch) {
+        return {cq.anchor_cell().erased(),
+                cq.native_handle(),
+                &poll_cq<C>,
+                &arm_cq<C>,
+                &note_cq<C>,
+                batch,
+                true,
+                no_waiter,
+                {}};
+    }
+
+    /// The CQ of a cell, wherever it has moved to.
+    /// @throws orphaned_error when the CQ is gone.
+    template <class C>
+    static completion_queue<C>& entry_cq(void const* cell) {
+        completion_queue<C>* const cq = rdmacxx::detail::link<completion_queue<C>>::follow(cell);
+        if (cq == nullptr) [[unlikely]]
+            rdmacxx::detail::throw_orphaned("completion dispatcher", "CQ");
+        return *cq;
+    }
+
+private:
+    template <class C>
+    static std::size_t poll_cq(void const* cq, std::span<work_completion> out) {
+        return entry_cq<C>(cq).poll(out);
+    }
+    template <class C>
+    static void arm_cq(void const* cq) {
+        entry_cq<C>(cq).arm();
+    }
+    template <class C>
+    static void note_cq(void const* cq) {
+        entry_cq<C>(cq).note_event();
+    }
+};
+
+} // namespace detail
+} // namespace io
+} // namespace v0
+} // namespace rdmacxx
