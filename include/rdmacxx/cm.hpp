@@ -17,3 +17,4 @@
 #include "rdmacxx/cm/multicast.hpp"
 #include "rdmacxx/cm/private_data.hpp"
 #include "rdmacxx/cm/resources.hpp"
+#include "rdmacxx/cm/verbs_context.hpp"

@@ -263,9 +263,10 @@ private:
 /// @see ibv_open_device(3)
 class context {
 public:
-    /// Takes ownership of an open `ibv_context` (closed again when this throws).
+    /// Takes ownership of an open `ibv_context`. When this throws, it has not taken it: the
+    /// caller still owns (and closes) it — so a context librdmacm opened is never closed here.
     /// @throws std::bad_alloc when the context's stable cell cannot be allocated.
-    explicit context(ibv_context* handle) : handle_(handle), anchor_(this) {}
+    explicit context(ibv_context* handle) : anchor_(this) { handle_.reset(handle); }
     /// Takes over `other`'s device and the objects made from it; `other` is left empty.
     context(context&& other) noexcept : handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
     /// Closes the device held, as the destructor does, then takes over
@@ -479,14 +480,19 @@ private:
         void operator()(ibv_context* c) const noexcept { (void)::ibv_close_device(c); }
     };
     std::unique_ptr<ibv_context, deleter> handle_;
-    detail::anchor<context> anchor_; // after handle_: the handle is closed when its allocation throws
+    detail::anchor<context> anchor_; // made before the handle is taken: a failed allocation closes nothing
 };
 
 inline context device::open() const {
     ibv_context* const ctx = ::ibv_open_device(handle_);
     if (ctx == nullptr) [[unlikely]]
         detail::throw_errno("ibv_open_device", [&] { return "for device " + std::string{name()}; });
-    return context{ctx};
+    try {
+        return context{ctx};
+    } catch (...) { // not taken: closed here
+        (void)::ibv_close_device(ctx);
+        throw;
+    }
 }
 
 } // namespace v0

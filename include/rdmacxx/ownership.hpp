@@ -25,7 +25,8 @@ namespace detail {
 /// A child's way to its parent `T`: shares the parent's cell (see `anchor`), which holds the
 /// parent's current address, or null once the parent is destroyed. Copyable; empty in a
 /// moved-from child. Reading it costs one load more than a plain pointer and a test; it is read
-/// on control paths only (the accessors `context()`, `pd()`, …), never when posting or polling.
+/// by the accessors (`context()`, `pd()`, …), by `selective_signaling` once per request and by
+/// the Asio dispatcher once per poll of a CQ, never by a QP's own post or a CQ's own poll.
 template <class T>
 class link {
 public:

@@ -132,8 +132,8 @@ inline void check_qos(std::uint32_t flow_label, std::uint8_t service_level, std:
 /// `type`; `what` names the QP or connection, `after` ends the message ("; nothing was sent").
 /// @throws argument_error when the retry count or RNR retry count is over 7, the SL over 15, the
 ///         flow label over 20 bits, the initiator depth over the device's `max_qp_init_rd_atom`,
-///         the responder resources over its `max_qp_rd_atom`, or remote atomics asked of a device
-///         without them (RC).
+///         the responder resources over its `max_qp_rd_atom`, remote atomics asked of a device
+///         without them (RC), or a path MTU that is not one of IBV_MTU_256 … IBV_MTU_4096.
 inline void validate(qp_settings const& s, ibv_qp_type type, ibv_device_attr const& dev, std::string const& what,
                      char const* after = "; nothing was changed") {
     auto fail = [&](std::string const& why) { throw_argument(why + " for " + what + after); };
@@ -141,6 +141,9 @@ inline void validate(qp_settings const& s, ibv_qp_type type, ibv_device_attr con
         fail("retry_count " + std::to_string(s.retry_count) + " and rnr_retry_count " +
              std::to_string(s.rnr_retry_count) + " must each be 0 … 7");
     check_qos(s.flow_label.value_or(0), s.service_level.value_or(0), what, after);
+    if (s.path_mtu && (*s.path_mtu < IBV_MTU_256 || *s.path_mtu > IBV_MTU_4096)) [[unlikely]]
+        fail("path MTU code " + std::to_string(static_cast<int>(*s.path_mtu)) +
+             " is not an MTU (IBV_MTU_256 … IBV_MTU_4096; leave path_mtu empty for the path's)");
     if (s.initiator_depth && *s.initiator_depth > dev.max_qp_init_rd_atom) [[unlikely]]
         fail("initiator_depth " + std::to_string(*s.initiator_depth) + " is over the device's max_qp_init_rd_atom of " +
              std::to_string(dev.max_qp_init_rd_atom));

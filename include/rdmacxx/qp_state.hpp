@@ -163,6 +163,7 @@ public:
     void connect(end_port const& port, endpoint const& remote,
                  qp_settings const& settings = {}) requires(Transport::connected) {
         ibv_device_attr const dev = checked_device(settings);
+        check_path_mtu(port, settings);
         to_init(port, settings, dev);
         to_rtr(port, remote, settings, dev);
         to_rts(settings, dev);
@@ -215,6 +216,15 @@ private:
         return dev;
     }
 
+    // A path MTU over the port's active MTU is refused before the first transition.
+    static void check_path_mtu(end_port const& port, qp_settings const& settings) {
+        ibv_mtu const active = port.attributes().active_mtu();
+        if (settings.path_mtu && mtu_bytes(*settings.path_mtu) > mtu_bytes(active)) [[unlikely]]
+            detail::throw_argument("path MTU " + std::to_string(mtu_bytes(*settings.path_mtu)) +
+                                   " exceeds the active MTU " + std::to_string(mtu_bytes(active)) + " of port " +
+                                   port.to_string() + "; nothing was changed");
+    }
+
     void to_init(end_port const& port, qp_settings const& settings, ibv_device_attr const& dev) {
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_INIT;
@@ -227,11 +237,8 @@ private:
 
     void to_rtr(end_port const& port, endpoint const& remote, qp_settings const& settings,
                 ibv_device_attr const& dev) requires(Transport::connected) {
+        check_path_mtu(port, settings);
         ibv_mtu const active = port.attributes().active_mtu();
-        if (settings.path_mtu && mtu_bytes(*settings.path_mtu) > mtu_bytes(active)) [[unlikely]]
-            detail::throw_argument("path MTU " + std::to_string(mtu_bytes(*settings.path_mtu)) +
-                                   " exceeds the active MTU " + std::to_string(mtu_bytes(active)) + " of port " +
-                                   port.to_string() + "; nothing was changed");
         ibv_qp_attr attr{};
         attr.qp_state = IBV_QPS_RTR;
         attr.path_mtu = mtu_bytes(remote.path_mtu) != 0 && mtu_bytes(remote.path_mtu) < mtu_bytes(active)

@@ -142,6 +142,13 @@ TEST_CASE("options: out-of-range counts and depths are refused before the device
         CHECK_THROWS_AS(a.connect(port, b.local_endpoint(port), bad[i]), rx::argument_error);
         CHECK(a.state() == IBV_QPS_RESET); // refused before the first ibv_modify_qp
     }
+    // A path MTU over the port's active MTU is refused before the first transition too.
+    rx::queue_pair<rx::rc, rx::busy_poll> a{pd, cq, cq}, b{pd, cq, cq};
+    REQUIRE(rx::mtu_bytes(port.attributes().active_mtu()) < 4096);
+    rx::qp_settings too_big;
+    too_big.path_mtu = IBV_MTU_4096;
+    CHECK_THROWS_AS(a.connect(port, b.local_endpoint(port), too_big), rx::argument_error);
+    CHECK(a.state() == IBV_QPS_RESET);
 }
 
 TEST_CASE("options: remote access is granted only as asked") {

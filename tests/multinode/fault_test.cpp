@@ -134,16 +134,19 @@ struct slots {
 
 // The receiving side of a stream: receives into a ring of slots, checks that message i arrives
 // i-th with its size and every byte, reposts. Stops after `n` messages, at the first failed
-// completion (returned), or when nothing came for `quiet`.
+// completion (returned), or when nothing came for `quiet`. Made in `before_accept`, on the
+// connection being accepted: `attach` it to the connection `accept` returned (the one it was
+// made on was moved from).
 struct receiver {
-    receiver(conn_t& c) : conn(c), buf(c.pd(), ring) {}
+    receiver(conn_t& c) : conn(&c), buf(c.pd(), ring) {}
+    void attach(conn_t& c) noexcept { conn = &c; }
     void post_all() {
         for (std::size_t k = 0; k < ring; ++k)
-            conn.qp().post_recv(rx::recv{buf.slot(k)}.id(k));
+            conn->qp().post_recv(rx::recv{buf.slot(k)}.id(k));
     }
     std::optional<rx::work_completion> run(std::size_t n, std::chrono::milliseconds quiet) {
         while (got < n) {
-            auto wc = conn.cq().wait_one(quiet);
+            auto wc = conn->cq().wait_one(quiet);
             if (!wc) return std::nullopt;
             if (!wc->ok()) return wc;
             auto const k = static_cast<std::size_t>(wc->wr_id());
@@ -154,11 +157,11 @@ struct receiver {
             REQUIRE_MESSAGE(at == wc->byte_len(), "message " << got << " differs at byte " << at);
             bytes += wc->byte_len();
             ++got;
-            conn.qp().post_recv(rx::recv{buf.slot(k)}.id(k));
+            conn->qp().post_recv(rx::recv{buf.slot(k)}.id(k));
         }
         return std::nullopt;
     }
-    conn_t& conn;
+    conn_t* conn;
     slots buf;
     std::size_t got = 0;
     std::size_t bytes = 0;
@@ -260,6 +263,7 @@ TEST_SUITE("multinode") {
             rx_side.emplace(c);
             rx_side->post_all();
         });
+        rx_side->attach(conn);
         auto const n = message_count();
         auto const t0 = steady::now();
         auto failed = rx_side->run(n, 30s);
@@ -306,6 +310,7 @@ TEST_SUITE("multinode") {
                 rx_side.emplace(c);
                 rx_side->post_all();
             });
+            rx_side->attach(conn);
             auto failed = rx_side->run(500, 30s);
             REQUIRE(!failed);
             REQUIRE(rx_side->got == 500);
@@ -445,6 +450,7 @@ TEST_SUITE("multinode") {
             rx_side.emplace(c);
             rx_side->post_all();
         });
+        rx_side->attach(conn);
         (void)rx_side->run(1000000, 100s);
         FAIL("still running 100 s after the last message");
     }

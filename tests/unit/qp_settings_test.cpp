@@ -61,6 +61,13 @@ TEST_CASE("qp_settings: the validator passes the defaults and refuses each bad f
     s.remote_access = rx::access::remote_atomic;
     CHECK(refusal(s, IBV_QPT_RC, device(16, 32, IBV_ATOMIC_NONE)).find("atomic_cap") != std::string::npos);
     CHECK(refusal(s, IBV_QPT_RC, dev).empty());
+    s = {};
+    s.path_mtu = ibv_mtu{}; // the old spelling of "the port's": now an empty optional
+    CHECK(refusal(s, IBV_QPT_RC, dev).find("is not an MTU") != std::string::npos);
+    s.path_mtu = static_cast<ibv_mtu>(6);
+    CHECK(refusal(s, IBV_QPT_RC, dev).find("is not an MTU") != std::string::npos);
+    s.path_mtu = IBV_MTU_4096;
+    CHECK(refusal(s, IBV_QPT_RC, dev).empty());
     // Every refusal ends with what the caller said was left untouched, and names the QP.
     s.retry_count = 9;
     std::string const msg = refusal(s, IBV_QPT_RC, dev);

@@ -107,6 +107,7 @@ connect(cm::address destination, cm::connection_options opt, std::optional<cm::r
     (void)co_await expect(*channel, descriptor, cm::event_type::route_resolved,
                           rdmacxx::detail::saturating_add(route_timeout, std::chrono::milliseconds{1000}),
                           "resolving the route to " + destination.to_string(), cm::step::resolve_route);
+    cm_id.check_settings(opt.settings, Transport::qp_type, "; nothing was sent");
     cm::event_channel& ch = *channel;
     std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(cm_id),
                                                            opt.deadlines.of(cm::step::disconnect)};
@@ -140,6 +141,7 @@ accept(cm::listener<Transport>& listener, cm::connection_options opt, std::optio
                                       "listening on " + listener.cm_id().local_address().to_string());
         req.emplace(e);
     }
+    req->cm_id().check_settings(opt.settings, Transport::qp_type, "; nothing was sent");
     auto channel = std::make_unique<cm::event_channel>();
     req->cm_id().migrate(*channel);
     cm::event_channel& ch = *channel;

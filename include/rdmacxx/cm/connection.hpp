@@ -3,7 +3,7 @@
 /// The active side of the RDMA CM flows on top of `cm::id`: `cm::connection`, which owns its id
 /// and either owns or borrows its PD, CQs, SRQ, completion channel and queue pair, and
 /// `cm::connect`, which hands one back established. The passive side is in cm/listener.hpp,
-/// multicast in cm/multicast.hpp (both included here).
+/// multicast in cm/multicast.hpp (rdmacxx/cm.hpp includes all three).
 
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/cm/address.hpp"
@@ -249,12 +249,12 @@ public:
     [[nodiscard]] event_channel* channel() noexcept { return channel_.get(); }
     /// The state.
     [[nodiscard]] connection_state state() const noexcept { return monitor_->state(); }
-    /// The private data the peer sent: with `established` (or the connect response) on the
+    /// The private data the peer sent: with the connect response (UD: `established`) on the
     /// active side, with the connect request on the passive side (the whole buffer the CM
     /// delivered, zero padded). Decode typed data with `cm::from_private_data`.
     [[nodiscard]] std::span<std::byte const> peer_private_data() const noexcept { return peer_private_data_; }
-    /// The peer's connection data (TCP port space): from `established` on the active side and from
-    /// the connect request on the passive side.
+    /// The peer's connection data (TCP port space): from the connect response on the active side
+    /// and from the connect request on the passive side.
     [[nodiscard]] connection_data const& peer_parameters() const noexcept { return peer_conn_; }
 
     /// UD: the address handle of the peer (active side: from `established`; passive side: after
@@ -471,6 +471,7 @@ connection<Transport, Completion, Post> resolve(address const& destination, conn
     (void)expect(*channel, event_type::route_resolved,
                  rdmacxx::detail::saturating_add(route_timeout, std::chrono::milliseconds{1000}),
                  "resolving the route to " + destination.to_string(), step::resolve_route);
+    cm_id.check_settings(opt.settings, Transport::qp_type, "; nothing was sent");
     return {std::move(channel), std::move(cm_id), opt.deadlines.of(step::disconnect)};
 }
 
@@ -509,7 +510,7 @@ void finish_connect(connection<Transport, Completion>& c, connection_options con
 ///         RoCE), unreachable_error, connect_error while connecting; timeout_error naming the
 ///         step whose timeout ran out; argument_error for private data over 56 bytes (TCP) or
 ///         180 (UDP), before anything is sent; sys_error when a verb fails.
-/// @see rdma_resolve_addr(3), rdma_resolve_route(3), rdma_create_qp(3), rdma_connect(3)
+/// @see rdma_resolve_addr(3), rdma_resolve_route(3), ibv_create_qp(3), rdma_connect(3), rdma_establish(3)
 template <transport Transport, completion_strategy Completion>
 [[nodiscard]] connection<Transport, Completion> connect(address const& destination,
                                                         connection_options const& opt = {}) {
@@ -555,7 +556,7 @@ connect(address const& destination, queue_pair<Transport, Completion, Post>& qp,
     auto& cm_id = c.cm_id();
     try {
         cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT, opt.settings);
-        cm_id.connect(opt.settings, opt.private_data, qp.qp_num(), false);
+        cm_id.connect(opt.settings, opt.private_data, qp.qp_num(), qp.native_handle()->srq != nullptr);
         event e =
             detail::expect(*c.channel(), event_type::connect_response, opt.deadlines.of(step::connect),
                            "connecting QP " + std::to_string(qp.qp_num()) + " to " + c.peer_name(), step::connect);

@@ -7,6 +7,7 @@
 #include "rdmacxx/cm/address.hpp"
 #include "rdmacxx/cm/error.hpp"
 #include "rdmacxx/cm/event.hpp"
+#include "rdmacxx/cm/verbs_context.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/pd.hpp"
@@ -17,9 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -76,33 +75,6 @@ inline void check_private_data(std::span<std::byte const> data, private_data_mes
                                         (ps == port_space::tcp ? "TCP" : "UDP") + " port space exceed its limit of " +
                                         std::to_string(limit) + " bytes; nothing was sent");
     }
-}
-
-/// The `rdmacxx::context` wrapping a verbs context that librdmacm opened (`id->verbs`), so that
-/// protection domains, CQs and memory can be made on it. librdmacm keeps its device contexts
-/// open for the life of the process, so the wrapper is never destroyed and never closes it;
-/// one wrapper per device, made on first use.
-/// Thread-safety: thread-safe (a mutex guards the table).
-[[nodiscard]] inline rdmacxx::context& verbs_context(ibv_context* verbs) {
-    if (verbs == nullptr) [[unlikely]]
-        rdmacxx::detail::throw_argument(
-            "the CM id is not bound to an RDMA device yet: bind it or resolve an address first");
-    // Never-destroyed storage: the contexts belong to librdmacm.
-    struct borrowed {
-        explicit borrowed(ibv_context* c) : ctx(c) {} // may throw std::bad_alloc (the context's anchor)
-        borrowed(borrowed const&) = delete;
-        borrowed& operator=(borrowed const&) = delete;
-        ~borrowed() {} // NOLINT(modernize-use-equals-default): "= default" would be deleted (union member)
-        union {
-            rdmacxx::context ctx;
-        };
-    };
-    static std::mutex mutex;
-    static auto* const table = new std::map<ibv_context*, std::unique_ptr<borrowed>>;
-    std::lock_guard lock{mutex};
-    auto& slot = (*table)[verbs];
-    if (!slot) slot = std::make_unique<borrowed>(verbs);
-    return slot->ctx;
 }
 
 /// An RDMA CM identifier (`rdma_cm_id`): bound to an event channel, on which every event about
@@ -213,6 +185,10 @@ public:
         ibv_qp_init_attr init =
             rdmacxx::detail::qp_init_attributes(Transport::qp_type, send_cq.native_handle(), recv_cq.native_handle(),
                                                 srq != nullptr ? srq->native_handle() : nullptr, caps);
+        if constexpr (Transport::connected)
+            if (pending_.get() != nullptr) [[unlikely]]
+                rdmacxx::detail::throw_argument("a QP made on this CM id is not connected yet: an id connects one "
+                                                "QP (destroy_qp it first)");
         ibv_qp* made = nullptr;
         if constexpr (Transport::connected) {
             // Not rdma_create_qp: librdmacm would move an id's QP to RTR and RTS itself with the
@@ -233,7 +209,6 @@ public:
                 (void)::ibv_destroy_qp(made);
                 throw;
             }
-            pending_.qp = made;
         } else {
             if (int rc = ::rdma_create_qp(handle_.get(), pd.native_handle(), &init); rc != 0) [[unlikely]]
                 rdmacxx::detail::throw_cm_call(rc, "rdma_create_qp", std::string{"for a "} + Transport::name + " QP");
@@ -246,10 +221,11 @@ public:
         }
         try {
             qp_capabilities const granted = rdmacxx::detail::granted(init);
-            return queue_pair<Transport, Completion>{adopt_qp, pd, made, granted, mtu, send_cq, recv_cq};
+            queue_pair<Transport, Completion> qp{adopt_qp, pd, made, granted, mtu, send_cq, recv_cq};
+            if constexpr (Transport::connected) pending_.follow(qp); // its cell follows the return
+            return qp;
         } catch (...) { // the ledger of a checked QP could not be made, and the QP is gone with it
-            handle_->qp = nullptr;
-            pending_.qp = nullptr;
+            if constexpr (!Transport::connected) handle_->qp = nullptr;
             throw;
         }
     }
@@ -259,7 +235,7 @@ public:
     template <transport Transport, completion_strategy Completion>
     void destroy_qp(queue_pair<Transport, Completion>& qp) noexcept {
         if (handle_ && handle_->qp == qp.native_handle()) handle_->qp = nullptr;
-        if (pending_.qp == qp.native_handle()) pending_.qp = nullptr;
+        if (pending_.get() == qp.native_handle()) pending_.reset();
         queue_pair<Transport, Completion> gone{std::move(qp)};
     }
 
@@ -272,7 +248,10 @@ public:
     /// @see rdma_connect(3)
     void connect(qp_settings const& settings = {}, std::span<std::byte const> private_data = {}) {
         rdma_conn_param p = prepare(settings, private_data, private_data_message::connect);
-        if (pending_.qp != nullptr) p.qp_num = pending_.qp->qp_num;
+        if (ibv_qp* const qp = pending_.get(); qp != nullptr) {
+            p.qp_num = qp->qp_num;
+            p.srq = qp->srq != nullptr ? 1 : 0;
+        }
         send_connect(p);
     }
 
@@ -297,14 +276,15 @@ public:
     /// @see rdma_accept(3)
     void accept(qp_settings const& settings = {}, std::span<std::byte const> private_data = {}) {
         rdma_conn_param p = prepare(settings, private_data, private_data_message::accept);
-        if (pending_.qp != nullptr) {
-            modify_qp(pending_.qp, IBV_QPS_INIT, settings); // INIT → INIT: the access granted
-            modify_qp(pending_.qp, IBV_QPS_RTR, settings);
-            modify_qp(pending_.qp, IBV_QPS_RTS, settings);
-            p.qp_num = pending_.qp->qp_num;
+        if (ibv_qp* const qp = pending_.get(); qp != nullptr) {
+            modify_qp(qp, IBV_QPS_INIT, settings); // INIT → INIT: the access granted
+            modify_qp(qp, IBV_QPS_RTR, settings);
+            modify_qp(qp, IBV_QPS_RTS, settings);
+            p.qp_num = qp->qp_num;
+            p.srq = qp->srq != nullptr ? 1 : 0;
         }
         send_accept(p);
-        if (pending_.qp != nullptr) handle_->qp = std::exchange(pending_.qp, nullptr);
+        if (pending_.get() != nullptr) join_pending();
     }
 
     /// Accepts the connect request this id came with for a QP that was not made on this id
@@ -317,6 +297,26 @@ public:
         p.qp_num = qp_num;
         p.srq = srq ? 1 : 0;
         send_accept(p);
+    }
+
+    /// Checks `settings` for a QP of type `type` on this id's device (`detail::validate`; on the
+    /// UDP and IPoIB port spaces the Q_Key must be the CM's, RDMA_UDP_QKEY), before anything is
+    /// made or sent; `after` ends the message. `connect` and `accept` call it; the flows call it
+    /// before they make anything.
+    /// @throws argument_error when a setting is refused, or the id has no device yet (resolve
+    ///         or bind first); sys_error when ibv_query_device(3) fails.
+    void check_settings(qp_settings const& settings, ibv_qp_type type, char const* after) const {
+        if (handle_->verbs == nullptr) [[unlikely]]
+            rdmacxx::detail::throw_argument(std::string{"the CM id is not bound to an RDMA device yet: resolve or "
+                                                        "bind it first"} +
+                                            after);
+        std::string const what = "the connection with " + peer_address().to_string();
+        rdmacxx::detail::validate(settings, type, rdmacxx::detail::query_device(handle_->verbs, what), what, after);
+        if (datagram() && settings.qkey != RDMA_UDP_QKEY) [[unlikely]]
+            rdmacxx::detail::throw_argument("Q_Key " + std::to_string(settings.qkey) + " for " + what +
+                                            ": the CM's UDP port space uses RDMA_UDP_QKEY (0x01234567, "
+                                            "rdmacxx::default_qkey)" +
+                                            after);
     }
 
     /// Moves `qp`, a connected QP not made on this id by rdma_create_qp(3), to `state` (INIT,
@@ -347,11 +347,11 @@ public:
     /// @throws as `modify_qp`; sys_error when rdma_establish(3) fails.
     /// @see rdma_establish(3)
     void establish(qp_settings const& settings = {}) {
-        if (pending_.qp != nullptr) {
+        if (ibv_qp* const qp = pending_.get(); qp != nullptr) {
             try {
-                modify_qp(pending_.qp, IBV_QPS_INIT, settings); // INIT → INIT: the access granted
-                modify_qp(pending_.qp, IBV_QPS_RTR, settings);
-                modify_qp(pending_.qp, IBV_QPS_RTS, settings);
+                modify_qp(qp, IBV_QPS_INIT, settings); // INIT → INIT: the access granted
+                modify_qp(qp, IBV_QPS_RTR, settings);
+                modify_qp(qp, IBV_QPS_RTS, settings);
             } catch (...) {
                 (void)::rdma_reject(handle_.get(), nullptr, 0);
                 throw;
@@ -359,7 +359,7 @@ public:
         }
         if (int rc = ::rdma_establish(handle_.get()); rc != 0) [[unlikely]]
             rdmacxx::detail::throw_cm_call(rc, "rdma_establish", "to " + peer_address().to_string());
-        if (pending_.qp != nullptr) handle_->qp = std::exchange(pending_.qp, nullptr);
+        if (pending_.get() != nullptr) join_pending();
     }
 
     /// Sets the type of service (RFC 2474: DSCP in the upper 6 bits, ECN in the lower 2) of the
@@ -449,6 +449,8 @@ public:
     }
     /// The port space.
     [[nodiscard]] port_space space() const noexcept { return static_cast<port_space>(handle_->ps); }
+    /// True on the UDP and IPoIB port spaces, whose connections are UD.
+    [[nodiscard]] bool datagram() const noexcept { return space() == port_space::udp || space() == port_space::ipoib; }
     /// True once the id is bound to an RDMA device (after bind to a device address, resolve, or
     /// for the id of a connect request).
     [[nodiscard]] bool has_device() const noexcept { return handle_->verbs != nullptr; }
@@ -504,16 +506,12 @@ private:
     rdma_conn_param prepare(qp_settings const& settings, std::span<std::byte const> private_data,
                             private_data_message message) {
         check_private_data(private_data, message, space());
-        std::string const what = "the connection with " + peer_address().to_string();
-        ibv_qp_type const type = pending_.qp != nullptr       ? pending_.qp->qp_type
-                                 : space() == port_space::udp ? IBV_QPT_UD
-                                                              : IBV_QPT_RC;
-        rdmacxx::detail::validate(settings, type, rdmacxx::detail::query_device(handle_->verbs, what), what,
-                                  "; nothing was sent");
-        if (space() == port_space::udp && settings.qkey != RDMA_UDP_QKEY) [[unlikely]]
-            rdmacxx::detail::throw_argument("Q_Key " + std::to_string(settings.qkey) + " for " + what +
-                                            ": the CM's UDP port space uses RDMA_UDP_QKEY (0x01234567, "
-                                            "rdmacxx::default_qkey); nothing was sent");
+        ibv_qp* const qp = pending_.get();
+        check_settings(settings,
+                       qp != nullptr ? qp->qp_type
+                       : datagram()  ? IBV_QPT_UD
+                                     : IBV_QPT_RC,
+                       "; nothing was sent");
         rdma_conn_param p{};
         p.private_data = private_data.empty() ? nullptr : private_data.data();
         p.private_data_len = static_cast<std::uint8_t>(private_data.size());
@@ -551,19 +549,29 @@ private:
     }
 
     std::unique_ptr<rdma_cm_id, rdmacxx::detail::cm_id_deleter> handle_;
-    // A connected QP made by create_qp and not yet connected (it joins the id once connected);
-    // the pointer moves with the id.
-    struct qp_cell {
-        ibv_qp* qp = nullptr;
-        qp_cell() noexcept = default;
-        qp_cell(qp_cell&& o) noexcept : qp(std::exchange(o.qp, nullptr)) {}
-        qp_cell& operator=(qp_cell&& o) noexcept {
-            qp = std::exchange(o.qp, nullptr);
-            return *this;
+    // A connected QP made by create_qp and not yet connected (it joins the id once connected):
+    // followed through the queue_pair's cell, so a QP moved elsewhere is still found and one
+    // destroyed otherwise than by destroy_qp is seen as gone, never read. Moves with the id.
+    struct pending_qp {
+        std::shared_ptr<void const> cell;         // the queue_pair's anchor cell, erased
+        ibv_qp* (*native)(void const*) = nullptr; // its ibv_qp, or null once it is gone
+        [[nodiscard]] ibv_qp* get() const noexcept { return cell ? native(cell.get()) : nullptr; }
+        template <transport Transport, completion_strategy Completion>
+        void follow(queue_pair<Transport, Completion> const& qp) {
+            cell = qp.anchor_cell().erased();
+            native = [](void const* c) -> ibv_qp* {
+                auto const* q = rdmacxx::detail::link<queue_pair<Transport, Completion>>::follow(c);
+                return q != nullptr ? q->native_handle() : nullptr;
+            };
         }
-        ~qp_cell() = default;
+        void reset() noexcept { cell.reset(); }
     };
-    qp_cell pending_;
+    pending_qp pending_;
+    // The pending QP that joins the id now that it is connected.
+    void join_pending() noexcept {
+        handle_->qp = pending_.get();
+        pending_.reset();
+    }
 };
 
 } // namespace cm

@@ -61,7 +61,7 @@ public:
     ///         is sent; timeout_error naming `step::accept`, connect_error when `established`
     ///         does not come; sys_error when a call fails; whatever `before_accept` throws (the
     ///         request is then dropped).
-    /// @see rdma_migrate_id(3), rdma_create_qp(3), rdma_accept(3)
+    /// @see rdma_migrate_id(3), ibv_create_qp(3), rdma_init_qp_attr(3), rdma_accept(3)
     template <transport Transport, completion_strategy Completion, class BeforeAccept = no_preparation>
     [[nodiscard]] connection<Transport, Completion> accept(connection_options const& opt = {},
                                                            BeforeAccept&& before_accept = {}) {
@@ -109,7 +109,7 @@ public:
             before_accept(c);
             cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.settings);
             cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.settings);
-            cm_id.accept(opt.settings, opt.private_data, qp.qp_num(), false);
+            cm_id.accept(opt.settings, opt.private_data, qp.qp_num(), qp.native_handle()->srq != nullptr);
             (void)detail::expect(*c.channel(), event_type::established, opt.deadlines.of(step::accept),
                                  "accepting " + c.peer_name(), step::accept);
         } catch (...) {
@@ -159,6 +159,7 @@ private:
     connection<Transport, Completion, Post> start(std::unique_ptr<event_channel> channel,
                                                   connection_options const& opt) {
         check_private_data(opt.private_data, private_data_message::accept, port_space_for<Transport>);
+        id_.check_settings(opt.settings, Transport::qp_type, "; nothing was sent (reject the request yourself)");
         if (channel) id_.migrate(*channel);
         connection<Transport, Completion, Post> c{std::move(channel), std::move(id_),
                                                   opt.deadlines.of(step::disconnect)};
