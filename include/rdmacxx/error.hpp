@@ -265,7 +265,8 @@ public:
 class orphaned_error : public error {
 public:
     /// @param message which object and which parent
-    explicit orphaned_error(std::string message) : error(std::make_error_code(std::errc::owner_dead), std::move(message)) {}
+    explicit orphaned_error(std::string message)
+        : error(std::make_error_code(std::errc::owner_dead), std::move(message)) {}
 };
 
 /// A work request the provider refused to post (python-rdma's `WRError`): `bad_index()` is the

@@ -48,7 +48,8 @@ public:
     parent_domain(protection_domain& pd, thread_domain& td) : parent_domain(pd, &checked(pd, td)) {}
     /// Takes over `other`'s parent domain and the objects made in it; `other` is left empty.
     parent_domain(parent_domain&& other) noexcept
-        : protection_domain(static_cast<protection_domain&&>(other)), pd_(other.pd_), td_(other.td_) {}
+        : protection_domain(static_cast<protection_domain&&>(other)), pd_(std::move(other.pd_)),
+          td_(std::move(other.td_)) {}
     /// Deallocates the parent domain held, as the destructor does, then takes over
     /// `other`'s.
     parent_domain& operator=(parent_domain&& other) noexcept {

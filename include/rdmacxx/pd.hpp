@@ -42,7 +42,8 @@ public:
     }
     /// Takes over `other`'s domain and the objects made in it; `other` is left empty.
     protection_domain(protection_domain&& other) noexcept
-        : context_(other.context_), handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
+        : context_(std::move(other.context_)), handle_(std::move(other.handle_)),
+          anchor_(std::move(other.anchor_), this) {}
     /// Deallocates the domain held, as the destructor does, then takes over
     /// `other`'s; self-move is a no-op.
     protection_domain& operator=(protection_domain&& other) noexcept {
@@ -60,7 +61,7 @@ public:
     template <class Derived>
         requires(std::derived_from<std::remove_cvref_t<Derived>, protection_domain> &&
                  !std::same_as<std::remove_cvref_t<Derived>, protection_domain>)
-    protection_domain(Derived&&)
+    protection_domain(Derived&&) // NOLINT(bugprone-forwarding-reference-overload): constrained to derived types
     = delete;
     /// As the constructor above: assigning a derived domain to a plain one does not compile.
     template <class Derived>

@@ -299,7 +299,7 @@ public:
     /// Takes over `other`'s QP and the objects that use it (they follow it here); `other` is left
     /// empty.
     queue_pair(queue_pair&& other) noexcept
-        : pd_(other.pd_), tracking_(std::move(other.tracking_)), qp_(std::move(other.qp_)),
+        : pd_(std::move(other.pd_)), tracking_(std::move(other.tracking_)), qp_(std::move(other.qp_)),
           qpx_(std::exchange(other.qpx_, {})), caps_(other.caps_), psn_(other.psn_),
           path_mtu_bytes_(other.path_mtu_bytes_), atomics_(other.atomics_), window_ops_(other.window_ops_),
           anchor_(std::move(other.anchor_), this) {}

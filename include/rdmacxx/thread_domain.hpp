@@ -42,7 +42,8 @@ public:
     /// Takes over `other`'s thread domain and the parent domains made with it (they follow it
     /// here); `other` is left empty.
     thread_domain(thread_domain&& other) noexcept
-        : context_(other.context_), handle_(std::move(other.handle_)), anchor_(std::move(other.anchor_), this) {}
+        : context_(std::move(other.context_)), handle_(std::move(other.handle_)),
+          anchor_(std::move(other.anchor_), this) {}
     /// Deallocates the thread domain held, as the destructor does, then takes over `other`'s;
     /// self-move is a no-op.
     thread_domain& operator=(thread_domain&& other) noexcept {

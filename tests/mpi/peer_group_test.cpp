@@ -217,9 +217,7 @@ TEST_CASE("peer_group: the group and its parents move and are move-assigned into
                                                                rx::peer_group_options{.with_ud = true});
     };
     auto group = make_group();
-    auto slot = [&](test::buffer& b, int r) {
-        return b.span().subspan(static_cast<std::size_t>(r) * bytes, bytes);
-    };
+    auto slot = [&](test::buffer& b, int r) { return b.span().subspan(static_cast<std::size_t>(r) * bytes, bytes); };
     auto round = [&](std::string const& when, std::uint64_t seq) {
         CAPTURE(when);
         for (int r = 0; r < n; ++r)

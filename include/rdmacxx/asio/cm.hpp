@@ -77,7 +77,7 @@ inline ::asio::awaitable<cm::event> expect(cm::event_channel& channel, ::asio::p
                                                std::to_string(timeout->count()) + " ms while " + what);
             continue;
         }
-        if (e->type() == want && e->status() == 0) co_return std::move(*e);
+        if (e->type() == want && e->status() == 0) co_return *e;
         if (e->status() == -ETIMEDOUT && e->type() != cm::event_type::rejected) [[unlikely]]
             throw cm::timeout_error(s, "the CM reported " + e->to_string() + " while " + what);
         e->throw_if_failed(what);

@@ -15,8 +15,7 @@
 
 namespace rdmacxx {
 inline namespace v0 {
-namespace io {
-namespace detail {
+namespace io::detail {
 
 /// A CQ a dispatcher serves: its cell (`link::erased`, followed when the CQ moves), its handle,
 /// its poll, arm and event count through the CQ's own strategy (type-erased), and how it is
@@ -74,7 +73,6 @@ private:
     }
 };
 
-} // namespace detail
-} // namespace io
+} // namespace io::detail
 } // namespace v0
 } // namespace rdmacxx

@@ -128,9 +128,9 @@ public:
     /// Takes over `other`'s descriptor, CQs and operations, pending ones included (their
     /// handlers, sweeps and cancellation slots follow it here); `other` is left empty.
     completion_dispatcher(completion_dispatcher&& other) noexcept
-        : ex_(other.ex_), channel_(other.channel_), descriptor_(std::move(other.descriptor_)),
+        : ex_(std::move(other.ex_)), channel_(std::move(other.channel_)), descriptor_(std::move(other.descriptor_)),
           slots_(std::move(other.slots_)), cqs_(std::move(other.cqs_)), anchor_(std::move(other.anchor_), this),
-          pool_(other.pool_), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
+          pool_(std::move(other.pool_)), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
           abandoned_(std::exchange(other.abandoned_, 0U)), dropped_(other.dropped_), stray_(other.stray_),
           reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the

@@ -110,7 +110,7 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
         if (!e) [[unlikely]]
             throw timeout_error(s, "no " + std::string{to_string(want)} + " event within " +
                                        std::to_string(timeout.count()) + " ms while " + what);
-        if (e->type() == want && e->status() == 0) return std::move(*e);
+        if (e->type() == want && e->status() == 0) return *e;
         if (ignore && e->type() == *ignore) continue;
         if (e->status() == -ETIMEDOUT && e->type() != event_type::rejected) [[unlikely]]
             throw timeout_error(s, "the CM reported " + e->to_string() + " while " + what);
