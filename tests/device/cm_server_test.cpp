@@ -50,6 +50,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// A raw client id on `ch` with the address and route of the device's `port` resolved: a test's
+// hand-driven peer (it names any QPN, and completes or refuses the handshake as told).
+cm::id raw_client(cm::event_channel& ch, std::uint16_t port) {
+    cm::id client{ch, cm::port_space::tcp};
+    client.resolve_address(device_address(port), 2000ms);
+    REQUIRE(ch.get(5s)->type() == cm::event_type::addr_resolved);
+    client.resolve_route(2000ms);
+    REQUIRE(ch.get(5s)->type() == cm::event_type::route_resolved);
+    return client;
+}
+
 } // namespace
 
 TEST_SUITE("cm server") {
@@ -345,11 +356,7 @@ TEST_SUITE("cm server") {
             auto const port = server.port();
             // A raw client id: connects naming a QPN, takes the connect response and never sends the RTU.
             cm::event_channel ch;
-            cm::id client{ch, cm::port_space::tcp};
-            client.resolve_address(device_address(port), 2000ms);
-            REQUIRE(ch.get(5s)->type() == cm::event_type::addr_resolved);
-            client.resolve_route(2000ms);
-            REQUIRE(ch.get(5s)->type() == cm::event_type::route_resolved);
+            cm::id client = raw_client(ch, port);
             client.connect({}, {}, 0x1234, false);
             auto req = server.get_request(10s);
             cm::connection_options opt;
@@ -400,11 +407,7 @@ TEST_SUITE("cm server") {
         cm::listener<rx::rc> server{device_address()};
         auto const port = server.port();
         cm::event_channel ch;
-        cm::id client{ch, cm::port_space::tcp};
-        client.resolve_address(device_address(port), 2000ms);
-        REQUIRE(ch.get(5s)->type() == cm::event_type::addr_resolved);
-        client.resolve_route(2000ms);
-        REQUIRE(ch.get(5s)->type() == cm::event_type::route_resolved);
+        cm::id client = raw_client(ch, port);
         client.connect({}, {}, 0x1234, false); // a raw client: it will refuse the server's reply
         auto req = server.get_request(10s);
         auto served = req.accept_shared<rx::rc, rx::busy_poll>();
