@@ -187,6 +187,23 @@ public:
         return {address_ + offset * sizeof(T), count, rkey_};
     }
 
+    /// The same remote bytes as elements of `U`: e.g. the `remote_span<std::byte>` a peer exposed
+    /// viewed as `remote_span<std::uint64_t>` for an atomic. Checked, as a cast cannot be: the
+    /// length must be a whole number of `U`s and the address aligned for `U` (8 bytes for a
+    /// 64-bit atomic target, as the verbs require).
+    /// @throws argument_error naming the length or the address when either does not fit `U`.
+    template <class U>
+        requires(std::is_trivially_copyable_v<U> && sizeof(U) > 0)
+    [[nodiscard]] constexpr remote_span<U> as() const {
+        if (size_bytes() % sizeof(U) != 0) [[unlikely]]
+            detail::throw_argument("remote_span::as: " + std::to_string(size_bytes()) +
+                                   " bytes are not a whole number of " + std::to_string(sizeof(U)) + "-byte elements");
+        if (address_ % alignof(U) != 0) [[unlikely]]
+            detail::throw_argument("remote_span::as: the remote address " + std::to_string(address_) +
+                                   " is not aligned to " + std::to_string(alignof(U)) + " bytes");
+        return {address_, size_bytes() / sizeof(U), rkey_};
+    }
+
     /// "Up to the end" for `subspan`.
     static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 

@@ -143,7 +143,7 @@ TEST_CASE("peer_group: RDMA write, read and atomics through every rank's exposed
     boot.barrier();
     if (me != 0) {
         auto const result = res.outbox.mr.template span<std::uint64_t>(0, 1);
-        auto const target = rx::remote_span<std::uint64_t>{group.remote(0).address(), 1, group.remote(0).rkey()};
+        auto const target = group.remote(0).first(8).as<std::uint64_t>(); // checked: whole words, aligned
         group.qp(0).post(rx::fetch_add{result, target, static_cast<std::uint64_t>(me + 1)}.id(3));
         CHECK(next(res.cq).wr_id() == 3);
     }

@@ -50,3 +50,17 @@ TEST_CASE("remote_span narrows by element and keeps its rkey") {
     CHECK_THROWS_AS((void)r.subspan(9), rx::argument_error);
     CHECK_THROWS_AS((void)r.first(9), rx::argument_error);
 }
+
+TEST_CASE("remote_span::as views the same remote bytes as other elements, checked") {
+    rx::remote_span<std::byte> const bytes{0x10000, 64, 0xabc}; // what a peer group's rank exposes
+    auto const words = bytes.as<std::uint64_t>();               // for a fetch-and-add
+    static_assert(std::is_same_v<decltype(words), rx::remote_span<std::uint64_t> const>);
+    CHECK(words.address() == 0x10000);
+    CHECK(words.size() == 8);
+    CHECK(words.rkey() == 0xabc);
+    CHECK(words.as<std::byte>() == bytes); // and back
+    CHECK(bytes.subspan(8, 8).as<std::uint64_t>().address() == 0x10008);
+    CHECK_THROWS_AS((void)bytes.first(12).as<std::uint64_t>(), rx::argument_error);     // not whole words
+    CHECK_THROWS_AS((void)bytes.subspan(4, 8).as<std::uint64_t>(), rx::argument_error); // misaligned
+    CHECK(bytes.subspan(4, 8).as<std::uint32_t>().size() == 2);                         // aligned for 4-byte words
+}
