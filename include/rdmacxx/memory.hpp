@@ -193,7 +193,7 @@ public:
     /// 64-bit atomic target, as the verbs require).
     /// @throws argument_error naming the length or the address when either does not fit `U`.
     template <class U>
-        requires(std::is_trivially_copyable_v<U> && sizeof(U) > 0)
+        requires std::is_trivially_copyable_v<U>
     [[nodiscard]] constexpr remote_span<U> as() const {
         if (size_bytes() % sizeof(U) != 0) [[unlikely]]
             detail::throw_argument("remote_span::as: " + std::to_string(size_bytes()) +
