@@ -120,11 +120,7 @@ public:
     void failed() noexcept {
         std::lock_guard lock{mutex_};
         if (state_.load(std::memory_order_relaxed) == connection_state::disconnected) return;
-        if (qp_ != nullptr) {
-            ibv_qp_attr attr{};
-            attr.qp_state = IBV_QPS_ERR;
-            (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
-        }
+        qp_to_error();
         state_.store(connection_state::failed, std::memory_order_release);
         event_seen_ = true;
         changed_.notify_all();
@@ -135,11 +131,7 @@ public:
     /// (rdma_disconnect(3) sends the DREP, as rdma_cm(7) has it); wakes `wait_ended`.
     void ended() noexcept {
         std::lock_guard lock{mutex_};
-        if (qp_ != nullptr) {
-            ibv_qp_attr attr{};
-            attr.qp_state = IBV_QPS_ERR;
-            (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
-        }
+        qp_to_error();
         if (state_.load(std::memory_order_relaxed) == connection_state::established)
             (void)::rdma_disconnect(id_); // EINVAL when the CM already tore it down: fine
         state_.store(connection_state::disconnected, std::memory_order_release);
@@ -154,11 +146,7 @@ public:
         std::lock_guard lock{mutex_};
         if (state_.load(std::memory_order_relaxed) != connection_state::established) return 0;
         int const rc = ::rdma_disconnect(id_);
-        if (qp_ != nullptr) {
-            ibv_qp_attr attr{};
-            attr.qp_state = IBV_QPS_ERR;
-            (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
-        }
+        qp_to_error();
         state_.store(connection_state::disconnected, std::memory_order_release);
         changed_.notify_all();
         return rc == 0 ? 0 : rdmacxx::detail::cm_errno(rc);
@@ -176,6 +164,14 @@ public:
     }
 
 private:
+    // The QP (if any) to ERR: what is posted completes flushed. Called with `mutex_` held.
+    void qp_to_error() noexcept {
+        if (qp_ == nullptr) return;
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_ERR;
+        (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
+    }
+
     void run(event_channel& channel) noexcept {
         pollfd fds[2] = {{channel.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
         for (;;) {
