@@ -2,8 +2,10 @@
 //
 // One listener, one protection domain, ONE registered buffer, one SRQ and one CQ on one
 // completion channel serve every client. One thread runs an epoll loop over two descriptors:
-// the CM event channel (connect requests, established, disconnected) and the completion channel.
-// Each connection is accepted on `cm::resources` and only borrows them; each message that lands
+// the CM engine's event channel (connect requests, established, disconnected: `engine.process()`
+// advances every handshake and notices every dead peer, no thread per connection) and the
+// completion channel. Each connection is accepted on `cm::resources` without blocking
+// (`cm::accept(engine, request, resources, …)`) and only borrows them; each message that lands
 // in the SRQ is checked and answered from the same registration; a receive is posted again once
 // its answer's send completed. Clients (in this process, each a self-contained CM connection)
 // keep a window of messages in flight and check every answer byte for byte.
@@ -58,7 +60,8 @@ bool is_message(std::span<std::byte const> m, std::uint32_t client, std::uint32_
 class server {
 public:
     explicit server(cm::address const& local)
-        : listener_(local, 64), pd_(listener_.cm_id().context()), channel_(listener_.cm_id().context()),
+        : listener_(engine_, local, {.backlog = 64}, [this](cm::connect_request req) { accept(std::move(req)); }),
+          pd_(listener_.cm_id().context()), channel_(listener_.cm_id().context()),
           cq_(listener_.cm_id().context(), 2048, channel_), srq_(pd_, slots),
           memory_(2 * std::size_t{slots} * msg_bytes),
           mr_(pd_.register_memory(std::span{memory_}, rx::access::local_write)) {
@@ -76,23 +79,20 @@ public:
     void run(std::atomic<bool> const& stop) {
         int const ep = ::epoll_create1(EPOLL_CLOEXEC);
         if (ep < 0) throw std::runtime_error("epoll_create1 failed");
-        for (int fd : {listener_.channel().fd(), channel_.fd()}) {
+        for (int fd : {engine_.fd(), channel_.fd()}) {
             epoll_event ev{};
             ev.events = EPOLLIN;
             ev.data.fd = fd;
             if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) throw std::runtime_error("epoll_ctl failed");
         }
-        cm::resources<rx::event_driven> const shared{
-            .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
         while (!stop) {
             std::array<epoll_event, 2> ready{};
-            int const n = ::epoll_wait(ep, ready.data(), 2, 20);
-            for (int k = 0; k < n; ++k) {
-                if (ready[static_cast<std::size_t>(k)].data.fd == channel_.fd())
-                    completions();
-                else
-                    cm_events(shared);
-            }
+            // At most 20 ms (to see `stop`), less when a handshake's deadline comes sooner.
+            int const wait = engine_.poll_timeout() < 0 ? 20 : std::min(engine_.poll_timeout(), 20);
+            int const n = ::epoll_wait(ep, ready.data(), 2, wait);
+            for (int k = 0; k < n; ++k)
+                if (ready[static_cast<std::size_t>(k)].data.fd == channel_.fd()) completions();
+            engine_.process(); // CM events, and the handshakes whose deadline passed
         }
         ::close(ep);
     }
@@ -102,31 +102,44 @@ private:
 
     rx::local_span<std::byte> slot(std::uint32_t i) { return mr_.span().subspan(i * msg_bytes, msg_bytes); }
 
-    void cm_events(cm::resources<rx::event_driven> const& shared) {
-        while (auto e = listener_.channel().try_get()) {
-            if (e->type() == cm::event_type::connect_request) {
-                cm::connect_request req{*e};
-                rdma_cm_id* const key = req.cm_id().native_handle();
-                try { // one client's failure is that client's only: the others go on being served
-                    auto c = std::make_unique<connection>(req.accept_shared<rx::rc, rx::event_driven>(shared));
-                    by_qpn_[c->qp().qp_num()] = c.get();
-                    by_id_[key] = std::move(c);
-                } catch (rx::error const& err) {
-                    std::fprintf(stderr, "cm_shared_server: a client's accept failed: %s\n", err.what());
+    // A connect request, from engine_.process(): accepted on the shared resources without
+    // blocking. Its QP is known (`qps_`) from before the accept is sent, since a client may send
+    // the moment it is connected, before the server's `established` is processed; the connection
+    // comes back once established. One client's failure (a vanished client, a refused QP, an
+    // accept timing out) is that client's only.
+    void accept(cm::connect_request req) {
+        cm::resources<rx::event_driven> const shared{
+            .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
+        auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
+        cm::accept<rx::rc, rx::event_driven>(
+            engine_, std::move(req), shared, {},
+            [this, qpn](std::exception_ptr error, std::optional<connection> c) {
+                if (error) {
+                    qps_.erase(*qpn);
+                    return report(error);
                 }
-            } else if (auto it = by_id_.find(e->id()); it != by_id_.end()) {
-                try {
-                    it->second->handle(*e);
-                } catch (rx::error const& err) { // that connection failed: its QP is in ERR
-                    std::fprintf(stderr, "cm_shared_server: a connection failed: %s\n", err.what());
-                }
-                if (auto const state = it->second->state();
-                    state == cm::connection_state::disconnected || state == cm::connection_state::failed) {
-                    by_qpn_.erase(it->second->qp().qp_num());
-                    by_id_.erase(it); // its flushed completions, if any, stay in the CQ: see below
-                }
-            }
-            open_ = by_id_.size();
+                auto owned = std::make_unique<connection>(std::move(*c));
+                // The peer left or died: its QP is in ERR (its flushed completions, if any, stay
+                // in the CQ: see below); forget it.
+                owned->on_end([this, n = *qpn](cm::connection_state) {
+                    qps_.erase(n);
+                    by_qpn_.erase(n);
+                    open_ = by_qpn_.size();
+                });
+                by_qpn_[*qpn] = std::move(owned);
+                open_ = by_qpn_.size();
+            },
+            [this, qpn](connection& c) {
+                *qpn = c.qp().qp_num();
+                qps_[*qpn] = &c.qp(); // the QP stays where it is when the connection moves
+            });
+    }
+
+    static void report(std::exception_ptr const& error) {
+        try {
+            std::rethrow_exception(error);
+        } catch (rx::error const& e) {
+            std::fprintf(stderr, "cm_shared_server: a client's accept failed: %s\n", e.what());
         }
     }
 
@@ -149,15 +162,16 @@ private:
                 std::memcpy(&client, msg.data(), 4);
                 std::memcpy(&seq, msg.data() + 4, 4);
                 if (!is_message(msg, client, seq, false)) throw std::runtime_error("a message arrived corrupt");
-                auto it = by_qpn_.find(wc.qp_num());
-                if (it == by_qpn_.end()) throw std::runtime_error("a message from an unknown QP");
+                auto it = qps_.find(wc.qp_num());
+                if (it == qps_.end()) throw std::runtime_error("a message from an unknown QP");
                 make_message(std::span{memory_}.subspan((slots + i) * msg_bytes, msg_bytes), client, seq, true);
-                it->second->qp().post(rx::send{slot(slots + i)}.id(slots + i));
+                it->second->post(rx::send{slot(slots + i)}.id(slots + i));
                 ++answered_;
             }
         }
     }
 
+    cm::engine engine_;
     cm::listener<rx::rc> listener_;
     rx::protection_domain pd_;
     rx::completion_channel channel_;
@@ -165,8 +179,8 @@ private:
     rx::shared_receive_queue srq_;
     std::vector<std::byte> memory_;
     rx::memory_region mr_;
-    std::map<rdma_cm_id*, std::unique_ptr<connection>> by_id_;
-    std::map<std::uint32_t, connection*> by_qpn_;
+    std::map<std::uint32_t, std::unique_ptr<connection>> by_qpn_;
+    std::map<std::uint32_t, rx::queue_pair<rx::rc, rx::event_driven>*> qps_; // from before each accept
     std::atomic<std::size_t> open_{0};
     std::atomic<std::uint64_t> answered_{0};
 };

@@ -8,9 +8,11 @@
 
 #include "rdmacxx/cm/address.hpp"
 #include "rdmacxx/cm/connection.hpp"
+#include "rdmacxx/cm/engine.hpp"
 #include "rdmacxx/cm/error.hpp"
 #include "rdmacxx/cm/event.hpp"
 #include "rdmacxx/cm/event_type.hpp"
+#include "rdmacxx/cm/handshake.hpp"
 #include "rdmacxx/cm/id.hpp"
 #include "rdmacxx/cm/listener.hpp"
 #include "rdmacxx/cm/monitor.hpp"

@@ -96,36 +96,33 @@ int child_hold_event(int out) {
         if (copied.native().event != RDMA_CM_EVENT_ADDR_RESOLVED || copied.id() == nullptr) return 4;
         child_say(out, "id destroyed while its event was held");
     }
-    cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
+    // A connection on an engine, destroyed by its end callback: inside engine.process(), which
+    // holds the `disconnected` event of the id being destroyed.
+    using conn_t = cm::connection<rx::rc, rx::busy_poll>;
+    cm::engine eng;
+    std::unique_ptr<conn_t> served;
+    bool destroyed = false;
+    cm::listener<rx::rc> server{
+        eng, cm::address::resolve(env_device_ip(), 0), {}, [&](cm::connect_request req) {
+            cm::accept<rx::rc, rx::busy_poll>(
+                eng, std::move(req), {}, [&](std::exception_ptr error, std::optional<conn_t> c) {
+                    if (error) return;
+                    served = std::make_unique<conn_t>(std::move(*c));
+                    served->on_end([&](cm::connection_state) {
+                        served.reset(); // destroys the connection's id while its event is held
+                        destroyed = true;
+                        child_say(out, "connection destroyed while its disconnected event was held");
+                    });
+                });
+        }};
     auto const port = server.port();
     std::thread client([port] {
         auto conn = cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(env_device_ip(), port));
         conn.disconnect(20s);
     });
-    std::map<rdma_cm_id*, std::unique_ptr<cm::connection<rx::rc, rx::busy_poll>>> conns;
-    bool destroyed = false;
     auto const deadline = steady::now() + 30s;
-    while (!destroyed && steady::now() < deadline) {
-        pollfd pfd{server.channel().fd(), POLLIN, 0};
-        (void)::poll(&pfd, 1, 100);
-        while (auto e = server.channel().try_get()) {
-            if (e->type() == cm::event_type::connect_request) {
-                cm::connect_request req{*e};
-                rdma_cm_id* const key = req.cm_id().native_handle();
-                conns.emplace(key, std::make_unique<cm::connection<rx::rc, rx::busy_poll>>(
-                                       req.accept_shared<rx::rc, rx::busy_poll>()));
-                continue;
-            }
-            auto it = conns.find(e->id());
-            if (it == conns.end()) continue;
-            it->second->handle(*e);
-            if (it->second->state() == cm::connection_state::disconnected) {
-                conns.erase(it); // destroys the connection's id while `e` is held
-                destroyed = true;
-                child_say(out, "connection destroyed while its " + e->to_string() + " event was held");
-            }
-        }
-    }
+    while (!destroyed && steady::now() < deadline)
+        (void)eng.wait(100ms);
     client.join();
     return destroyed ? 0 : 5;
 }
@@ -368,33 +365,41 @@ TEST_SUITE("device") {
         CHECK_FALSE(ch.get(0s).has_value());
         CHECK(ms_since(t0) < 5000.0); // the bound the timeouts imply, with room for TCG
 
-        // A connection on a shared channel: wait_disconnected is bounded and answers false while
-        // the peer stays; it used to dereference the missing own channel.
-        cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
+        // A connection on an engine (no channel of its own): wait_disconnected is bounded and
+        // answers false while the peer stays.
+        cm::engine eng;
+        std::optional<cm::connection<rx::rc, rx::busy_poll>> served;
+        cm::listener<rx::rc> server{
+            eng, cm::address::resolve(env_device_ip(), 0), {}, [&](cm::connect_request req) {
+                cm::accept<rx::rc, rx::busy_poll>(
+                    eng, std::move(req), {},
+                    [&](std::exception_ptr error, std::optional<cm::connection<rx::rc, rx::busy_poll>> c) {
+                        if (!error) served = std::move(c);
+                    });
+            }};
         auto const port = server.port();
         std::optional<cm::connection<rx::rc, rx::busy_poll>> client;
         std::thread t(
             [&] { client.emplace(cm::connect<rx::rc, rx::busy_poll>(cm::address::resolve(env_device_ip(), port))); });
-        auto req = server.get_request(30s);
-        auto served = req.accept_shared<rx::rc, rx::busy_poll>();
         auto const deadline = steady::now() + 30s;
-        while (served.state() != cm::connection_state::established && steady::now() < deadline)
-            if (auto e = server.channel().get(100ms)) served.handle(*e);
+        while (!served && steady::now() < deadline)
+            (void)eng.wait(100ms);
         t.join();
-        REQUIRE(served.state() == cm::connection_state::established);
+        REQUIRE(served.has_value());
+        REQUIRE(served->state() == cm::connection_state::established);
         t0 = steady::now();
-        CHECK_FALSE(served.wait_disconnected(50ms));
+        CHECK_FALSE(served->wait_disconnected(50ms));
         CHECK_FALSE(client->wait_disconnected(50ms));
         CHECK(ms_since(t0) < 5000.0);
-        // The client leaves; the shared loop (another thread) hands the event over, which answers
-        // the client's DREQ, and the waiter here wakes.
+        // The client leaves; the engine's loop (another thread, now the only one driving it)
+        // takes the event, which answers the client's DREQ, and the waiter here wakes.
         std::thread loop([&] {
             auto const end = steady::now() + 20s;
-            while (served.state() != cm::connection_state::disconnected && steady::now() < end)
-                if (auto e = server.channel().get(100ms)) served.handle(*e);
+            while (served->state() != cm::connection_state::disconnected && steady::now() < end)
+                (void)eng.wait(100ms);
         });
         client->disconnect(20s);
-        CHECK(served.wait_disconnected(20s));
+        CHECK(served->wait_disconnected(20s));
         loop.join();
         CHECK(client->wait_disconnected(0ms));
     }

@@ -110,9 +110,10 @@ std::string describe(std::map<std::string, long> const& m) {
 class server {
 public:
     server()
-        : listener_(cm::address::resolve(device_ip(), 0), 64), ctx_(listener_.cm_id().context()), pd_(ctx_),
-          channel_(ctx_), cq_(ctx_, 2048, channel_), srq_(pd_, slots), memory_(2 * slots * msg_bytes),
-          mr_(pd_.register_memory(std::span{memory_}, rx::access::local_write)) {
+        : listener_(engine_, cm::address::resolve(device_ip(), 0), {.backlog = 64},
+                    [this](cm::connect_request req) { accept(std::move(req)); }),
+          ctx_(listener_.cm_id().context()), pd_(ctx_), channel_(ctx_), cq_(ctx_, 2048, channel_), srq_(pd_, slots),
+          memory_(2 * slots * msg_bytes), mr_(pd_.register_memory(std::span{memory_}, rx::access::local_write)) {
         for (std::uint32_t i = 0; i < slots; ++i)
             srq_.post_recv(rx::recv{slot(i)}.id(i));
         channel_.set_nonblocking();
@@ -147,50 +148,52 @@ private:
     void run() {
         int const ep = ::epoll_create1(EPOLL_CLOEXEC);
         ensure(ep >= 0, "epoll_create1");
-        for (int fd : {listener_.channel().fd(), channel_.fd()}) {
+        for (int fd : {engine_.fd(), channel_.fd()}) {
             epoll_event ev{};
             ev.events = EPOLLIN;
             ev.data.fd = fd;
             ensure(::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0, "epoll_ctl");
         }
-        cm::resources<rx::event_driven> const shared{
-            .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
-        cm::connection_options opt;
-        opt.caps.max_send_wr = 64;
         while (!stop_) {
             std::array<epoll_event, 2> ready{};
-            int const n = ::epoll_wait(ep, ready.data(), 2, 20);
-            for (int k = 0; k < n; ++k) {
-                if (ready[static_cast<std::size_t>(k)].data.fd == channel_.fd())
-                    completions();
-                else
-                    cm_events(shared, opt);
-            }
+            int const wait = engine_.poll_timeout() < 0 ? 20 : std::min(engine_.poll_timeout(), 20);
+            int const n = ::epoll_wait(ep, ready.data(), 2, wait);
+            for (int k = 0; k < n; ++k)
+                if (ready[static_cast<std::size_t>(k)].data.fd == channel_.fd()) completions();
+            (void)engine_.process();
         }
         ::close(ep);
     }
 
-    void cm_events(cm::resources<rx::event_driven> const& shared, cm::connection_options const& opt) {
-        while (auto e = listener_.channel().try_get()) {
-            if (e->type() == cm::event_type::connect_request) {
-                cm::connect_request req{*e};
-                rdma_cm_id* const key = req.cm_id().native_handle();
-                auto c = std::make_unique<connection>(req.accept_shared<rx::rc, rx::event_driven>(shared, opt));
-                by_qpn_[c->qp().qp_num()] = c.get();
-                by_id_[key] = std::move(c);
+    // A connect request, from engine_.process(): accepted on the shared resources without
+    // blocking. Its QP is known (`qps_`) from before the accept is sent, since a client may send
+    // the moment it is connected, before the server's `established` is processed; the connection
+    // comes back once established, and leaves on its end.
+    void accept(cm::connect_request req) {
+        cm::resources<rx::event_driven> const shared{
+            .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
+        cm::connection_options opt;
+        opt.caps.max_send_wr = 64;
+        auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
+        cm::accept<rx::rc, rx::event_driven>(
+            engine_, std::move(req), shared, opt,
+            [this, qpn](std::exception_ptr error, std::optional<connection> c) {
+                if (error) qps_.erase(*qpn);
+                ensure(!error, "an accept failed");
+                auto owned = std::make_unique<connection>(std::move(*c));
+                owned->on_end([this, n = *qpn](cm::connection_state) {
+                    qps_.erase(n);
+                    by_qpn_.erase(n); // its flushed completions, if any, stay in the shared CQ
+                    open_ = by_qpn_.size();
+                });
+                by_qpn_[*qpn] = std::move(owned);
                 ++accepted_;
-                open_ = by_id_.size();
-                continue;
-            }
-            auto it = by_id_.find(e->id());
-            if (it == by_id_.end()) continue; // timewait_exit of one already gone
-            it->second->handle(*e);
-            if (it->second->state() == cm::connection_state::disconnected) {
-                by_qpn_.erase(it->second->qp().qp_num());
-                by_id_.erase(it); // its flushed completions, if any, stay in the shared CQ
-                open_ = by_id_.size();
-            }
-        }
+                open_ = by_qpn_.size();
+            },
+            [this, qpn](connection& c) {
+                *qpn = c.qp().qp_num();
+                qps_[*qpn] = &c.qp(); // the QP stays where it is when the connection moves
+            });
     }
 
     void completions() {
@@ -217,14 +220,15 @@ private:
                 ensure(is_message(msg, client, seq, false),
                        "message " + std::to_string(seq) + " of client " + std::to_string(client) + " arrived corrupt");
                 ++verified_;
-                auto it = by_qpn_.find(wc.qp_num());
-                ensure(it != by_qpn_.end(), "a message from an unknown QP");
+                auto it = qps_.find(wc.qp_num());
+                ensure(it != qps_.end(), "a message from an unknown QP");
                 make_message(std::span{memory_}.subspan((slots + i) * msg_bytes, msg_bytes), client, seq, true);
-                it->second->qp().post(rx::send{reply_slot(i)}.id(slots + i));
+                it->second->post(rx::send{reply_slot(i)}.id(slots + i));
             }
         }
     }
 
+    cm::engine engine_;
     cm::listener<rx::rc> listener_;
     rx::context& ctx_;
     rx::protection_domain pd_;
@@ -233,8 +237,8 @@ private:
     rx::shared_receive_queue srq_;
     std::vector<std::byte> memory_;
     rx::memory_region mr_;
-    std::map<rdma_cm_id*, std::unique_ptr<connection>> by_id_;
-    std::map<std::uint32_t, connection*> by_qpn_;
+    std::map<std::uint32_t, std::unique_ptr<connection>> by_qpn_;
+    std::map<std::uint32_t, rx::queue_pair<rx::rc, rx::event_driven>*> qps_; // from before each accept
     std::atomic<bool> stop_{false};
     std::atomic<std::size_t> open_{0};
     std::atomic<std::uint64_t> verified_{0}, accepted_{0};
@@ -320,6 +324,10 @@ TEST_SUITE("cm scale") {
         std::vector<std::unique_ptr<client>> clients;
         for (std::uint32_t i = 0; i < n_clients; ++i)
             clients.push_back(std::make_unique<client>(where, i, n_messages));
+        // The server holds a connection once its `established` came (after the client's RTU).
+        for (auto const end = std::chrono::steady_clock::now() + 20s;
+             srv.open() != n_clients && std::chrono::steady_clock::now() < end;)
+            std::this_thread::sleep_for(1ms);
         auto const t1 = std::chrono::steady_clock::now();
         REQUIRE(srv.open() == n_clients);
         run_clients(clients, srv, 60s);

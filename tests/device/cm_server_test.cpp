@@ -376,12 +376,22 @@ TEST_SUITE("cm server") {
             CHECK(resp->type() == cm::event_type::connect_response);
         }
         SUBCASE("disconnect: a peer that never answers the DREQ") {
-            cm::listener<rx::rc> server{device_address()};
-            auto const port = server.port();
+            // Accepted on an engine nobody drives once it is established: no DREP goes back.
+            cm::engine eng;
             std::optional<cm::connection<rx::rc, rx::busy_poll>> silent;
+            cm::listener<rx::rc> server{
+                eng, device_address(), {}, [&](cm::connect_request req) {
+                    cm::accept<rx::rc, rx::busy_poll>(
+                        eng, std::move(req), {},
+                        [&](std::exception_ptr error, std::optional<cm::connection<rx::rc, rx::busy_poll>> c) {
+                            if (!error) silent = std::move(c);
+                        });
+                }};
+            auto const port = server.port();
             background srv([&] {
-                // On the listener's channel, whose events nobody handles: no DREP goes back.
-                silent.emplace(server.get_request(20s).accept_shared<rx::rc, rx::busy_poll>());
+                for (auto const end = std::chrono::steady_clock::now() + 20s;
+                     !silent && std::chrono::steady_clock::now() < end;)
+                    (void)eng.wait(100ms);
             });
             cm::connection_options opt;
             opt.deadlines.disconnect = 800ms;
@@ -401,31 +411,52 @@ TEST_SUITE("cm server") {
         }
     }
 
-    TEST_CASE("cm server: a failure event ends a shared-channel connection: state failed, QP in ERR, waiters woken") {
-        // Before: the connection stayed `connecting` with its QP in RTS, and wait_disconnected
-        // never returned true.
-        cm::listener<rx::rc> server{device_address()};
+    TEST_CASE("cm server: a failure event ends an accept on an engine: a typed error, the user's QP in ERR, the "
+              "server's loop goes on") {
+        // Before the engine: the connection stayed `connecting` with its QP in RTS, and
+        // wait_disconnected never returned true.
+        cm::engine eng;
+        rx::context ctx = test::open_test_device();
+        std::optional<cm::connect_request> request;
+        cm::listener<rx::rc> server{
+            eng, device_address(), {}, [&](cm::connect_request r) { request.emplace(std::move(r)); }};
         auto const port = server.port();
+        rx::protection_domain pd{server.cm_id().context()};
+        rx::completion_queue<rx::busy_poll> cq{server.cm_id().context(), 16};
+        rx::queue_pair<rx::rc, rx::busy_poll> qp{pd, cq, cq};
         cm::event_channel ch;
         cm::id client = raw_client(ch, port);
         client.connect({}, {}, 0x1234, false); // a raw client: it will refuse the server's reply
-        auto req = server.get_request(10s);
-        auto served = req.accept_shared<rx::rc, rx::busy_poll>();
-        CHECK(served.state() == cm::connection_state::connecting);
+        for (auto const end = std::chrono::steady_clock::now() + 10s;
+             !request && std::chrono::steady_clock::now() < end;)
+            (void)eng.wait(100ms);
+        REQUIRE(request.has_value());
+        std::exception_ptr failure;
+        bool finished = false;
+        cm::accept<rx::rc, rx::busy_poll>(eng, std::move(*request), qp, {}, [&](std::exception_ptr error, auto c) {
+            failure = error;
+            finished = true;
+            CHECK_FALSE(c.has_value());
+        });
+        CHECK(qp.state() == IBV_QPS_RTS);
+        CHECK(eng.pending() == 1);
         auto const reply = ch.get(10s);
         REQUIRE(reply.has_value());
         REQUIRE(reply->type() == cm::event_type::connect_response);
         client.reject(); // the client refuses the reply: the server's id sees `rejected`
-        std::optional<cm::event> failure;
         for (auto const end = std::chrono::steady_clock::now() + 10s;
-             !failure && std::chrono::steady_clock::now() < end;)
-            if (auto e = server.channel().get(100ms); e && e->id() == served.cm_id().native_handle()) failure = *e;
-        REQUIRE(failure.has_value());
-        MESSAGE("the served connection got: " << failure->to_string());
-        CHECK_THROWS_AS(served.handle(*failure), cm::cm_error);
-        CHECK(served.state() == cm::connection_state::failed);
-        CHECK(served.qp().state() == IBV_QPS_ERR);
-        CHECK(served.wait_disconnected(0ms));
+             !finished && std::chrono::steady_clock::now() < end;)
+            (void)eng.wait(100ms);
+        REQUIRE(finished);
+        REQUIRE(failure);
+        try {
+            std::rethrow_exception(failure);
+        } catch (cm::cm_error const& e) {
+            MESSAGE("the accept ended with: " << e.what());
+        }
+        CHECK(qp.state() == IBV_QPS_ERR);
+        CHECK(eng.pending() == 0);
+        CHECK(eng.registered() == 1); // the listener alone: the failed connection left
     }
 
     TEST_CASE("cm server: a deadline of milliseconds::max() waits for ever, and one over 24.8 days is clamped") {

@@ -3,7 +3,7 @@
 // data, failures that must not hang, many connections without leaks, an epoll server, multicast.
 #include "fixture.hpp"
 
-#include "rdmacxx/cm/connection.hpp"
+#include "rdmacxx/cm.hpp"
 
 #include <poll.h>
 #include <sys/epoll.h>
@@ -402,7 +402,40 @@ TEST_SUITE("cm") {
 
     TEST_CASE("cm: one server serves several clients at once from one event channel in an epoll loop") {
         constexpr int clients = 4;
-        cm::listener<rx::rc> server{device_address()};
+        struct session {
+            cm::connection<rx::rc, rx::busy_poll> conn;
+            std::unique_ptr<test::buffer> buf;
+            bool answered = false;
+        };
+        // One engine: its channel is the one CM descriptor of the epoll loop; it advances every
+        // handshake and sees every disconnect, with no thread of its own.
+        cm::engine eng;
+        std::map<std::uint32_t, std::unique_ptr<session>> sessions;       // by QPN
+        std::map<std::uint32_t, std::unique_ptr<test::buffer>> receiving; // posted before the accept
+        int accepted = 0, disconnected = 0, max_open = 0;
+        cm::listener<rx::rc> server{
+            eng, device_address(), {}, [&](cm::connect_request req) {
+                cm::accept<rx::rc, rx::busy_poll>(
+                    eng, std::move(req), {},
+                    [&](std::exception_ptr error, std::optional<cm::connection<rx::rc, rx::busy_poll>> c) {
+                        REQUIRE_FALSE(error);
+                        std::uint32_t const qpn = c->qp().qp_num();
+                        auto s = std::make_unique<session>(session{std::move(*c), std::move(receiving.at(qpn))});
+                        receiving.erase(qpn);
+                        s->conn.on_end([&, qpn](cm::connection_state) {
+                            CHECK(sessions.at(qpn)->answered);
+                            sessions.erase(qpn); // inside eng.process(): the connection is destroyed here
+                            ++disconnected;
+                        });
+                        sessions.emplace(qpn, std::move(s));
+                        ++accepted;
+                    },
+                    [&](auto& conn) { // before the accept is sent: the client may send at once
+                        auto buf = std::make_unique<test::buffer>(conn.pd(), 256);
+                        conn.qp().post_recv(rx::recv{buf->span()}.id(1));
+                        receiving.emplace(conn.qp().qp_num(), std::move(buf));
+                    });
+            }};
         auto const port = server.port();
         std::atomic<int> done{0};
         std::vector<std::string> answers(clients);
@@ -426,48 +459,19 @@ TEST_SUITE("cm") {
                 ++done;
             }));
 
-        struct session {
-            cm::connection<rx::rc, rx::busy_poll> conn;
-            std::unique_ptr<test::buffer> buf;
-            bool answered = false;
-        };
-        std::map<rdma_cm_id*, std::unique_ptr<session>> sessions;
-        int accepted = 0, disconnected = 0, max_open = 0;
         int const ep = ::epoll_create1(EPOLL_CLOEXEC);
         REQUIRE(ep >= 0);
         epoll_event ev{};
         ev.events = EPOLLIN;
-        ev.data.fd = server.channel().fd();
-        REQUIRE(::epoll_ctl(ep, EPOLL_CTL_ADD, server.channel().fd(), &ev) == 0);
+        ev.data.fd = eng.fd();
+        REQUIRE(::epoll_ctl(ep, EPOLL_CTL_ADD, eng.fd(), &ev) == 0);
         auto const deadline = std::chrono::steady_clock::now() + 120s;
         while (disconnected < clients && std::chrono::steady_clock::now() < deadline) {
             epoll_event out[4];
             int const n = ::epoll_wait(ep, out, 4, 1);
-            if (n > 0) {
-                while (auto e = server.channel().try_get()) {
-                    if (e->type() == cm::event_type::connect_request) {
-                        cm::connect_request req{*e};
-                        rdma_cm_id* const key = req.cm_id().native_handle();
-                        auto s =
-                            std::make_unique<session>(session{req.accept_shared<rx::rc, rx::busy_poll>(), nullptr});
-                        s->buf = std::make_unique<test::buffer>(s->conn.pd(), 256);
-                        s->conn.qp().post_recv(rx::recv{s->buf->span()}.id(1));
-                        sessions.emplace(key, std::move(s));
-                        ++accepted;
-                    } else {
-                        auto it = sessions.find(e->id());
-                        REQUIRE(it != sessions.end());
-                        it->second->conn.handle(*e);
-                        if (it->second->conn.state() == cm::connection_state::disconnected) {
-                            CHECK(it->second->answered);
-                            sessions.erase(it);
-                            ++disconnected;
-                        }
-                    }
-                    max_open = std::max(max_open, static_cast<int>(sessions.size()));
-                }
-            }
-            for (auto& [key, s] : sessions) {
+            if (n > 0 || eng.poll_timeout() == 0) (void)eng.process();
+            max_open = std::max(max_open, static_cast<int>(sessions.size()));
+            for (auto& [qpn, s] : sessions) {
                 for (auto const& wc : s->conn.cq().poll<4>()) {
                     REQUIRE(wc.ok());
                     if (wc.is_recv()) {

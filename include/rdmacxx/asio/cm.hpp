@@ -19,7 +19,6 @@
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
-#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,123 +45,91 @@ namespace detail {
     return descriptor;
 }
 
-/// True when an event waits on `channel` (checked once more when the timer won the race).
-inline bool channel_ready(cm::event_channel& channel) {
-    pollfd pfd{channel.fd(), POLLIN, 0};
-    return ::poll(&pfd, 1, 0) > 0;
+/// The asynchronous twin of `cm::detail::expect`: the next event of type `want` on `channel`
+/// (read when `descriptor` is readable), without a bound (the caller cancels).
+/// @throws as `cm::detail::check_event`.
+inline ::asio::awaitable<cm::event> expect(cm::event_channel& channel, ::asio::posix::stream_descriptor& descriptor,
+                                           cm::event_type want, std::string const& what) {
+    for (;;) {
+        if (std::optional<cm::event> e = channel.try_get()) {
+            cm::detail::check_event(*e, want, cm::step::other, what);
+            co_return *e;
+        }
+        co_await descriptor.async_wait(::asio::posix::stream_descriptor::wait_read, ::asio::use_awaitable);
+    }
 }
 
-/// The asynchronous twin of `cm::detail::expect`: the next event of type `want` on `channel`
-/// (read when `descriptor` is readable), within `timeout`.
-/// @throws timeout_error naming `s`; the matching `cm_error` for a failure event; `cm_error`
-///         for another unexpected one.
-inline ::asio::awaitable<cm::event> expect(cm::event_channel& channel, ::asio::posix::stream_descriptor& descriptor,
-                                           cm::event_type want, std::optional<std::chrono::milliseconds> timeout,
-                                           std::string const& what, cm::step s = cm::step::other) {
+/// The Asio driver of a `cm::engine` of the operation's own: waits on its descriptor, or for its
+/// next deadline, and calls `process()` until `finished` (set by the handshake's completion).
+inline ::asio::awaitable<void> drive(cm::engine& eng, ::asio::posix::stream_descriptor& descriptor,
+                                     bool const& finished) {
     using namespace ::asio::experimental::awaitable_operators;
-    auto const deadline = rdmacxx::detail::deadline_after(timeout.value_or(std::chrono::milliseconds{0}));
-    for (;;) {
-        std::optional<cm::event> e = channel.try_get();
-        if (!e && !timeout) { // no bound: the caller cancels
+    ::asio::steady_timer timer{descriptor.get_executor()};
+    while (!finished) {
+        if (auto const t = eng.timeout()) {
+            timer.expires_after(*t);
+            (void)co_await (descriptor.async_wait(::asio::posix::stream_descriptor::wait_read, ::asio::use_awaitable) ||
+                            timer.async_wait(::asio::use_awaitable));
+        } else {
             co_await descriptor.async_wait(::asio::posix::stream_descriptor::wait_read, ::asio::use_awaitable);
-            continue;
         }
-        if (!e) {
-            ::asio::steady_timer timer{descriptor.get_executor(), deadline};
-            auto const which =
-                co_await (descriptor.async_wait(::asio::posix::stream_descriptor::wait_read, ::asio::use_awaitable) ||
-                          timer.async_wait(::asio::use_awaitable));
-            if (which.index() == 1 && !channel_ready(channel)) [[unlikely]]
-                throw cm::timeout_error(s, "no " + std::string{cm::to_string(want)} + " event within " +
-                                               std::to_string(timeout->count()) + " ms while " + what);
-            continue;
-        }
-        if (e->type() == want && e->status() == 0) co_return *e;
-        if (e->status() == -ETIMEDOUT && e->type() != cm::event_type::rejected) [[unlikely]]
-            throw cm::timeout_error(s, "the CM reported " + e->to_string() + " while " + what);
-        e->throw_if_failed(what);
-        throw cm::cm_error(e->type(), e->status(),
-                           "arrived while waiting for " + std::string{cm::to_string(want)} + " " + what,
-                           e->private_data_copy(), EPROTO);
+        (void)eng.process();
     }
+}
+
+/// Runs what `start(engine&, done)` begins on an engine of its own, driven by the executor, and
+/// returns the connection alone on its channel (with its monitor thread, RC and UC), or throws
+/// the handshake's error.
+template <class Connection, class Start>
+::asio::awaitable<std::optional<Connection>> run(Start start) {
+    cm::engine eng;
+    auto descriptor = watch(co_await ::asio::this_coro::executor, eng.channel());
+    std::exception_ptr error;
+    std::optional<Connection> result;
+    bool finished = false;
+    start(eng, [&](std::exception_ptr e, std::optional<Connection> c) {
+        error = std::move(e);
+        result = std::move(c);
+        finished = true;
+    });
+    co_await drive(eng, descriptor, finished);
+    if (error) std::rethrow_exception(error);
+    descriptor.close(); // before the monitor thread takes the channel's events
+    result->monitor().leave();
+    result->watch_own_channel();
+    co_return result;
 }
 
 template <transport Transport, completion_strategy Completion>
 ::asio::awaitable<std::optional<cm::connection<Transport, Completion>>>
 connect(cm::address destination, cm::connection_options opt, std::optional<cm::resources<Completion>> shared) {
-    auto const ex = co_await ::asio::this_coro::executor;
-    cm::check_private_data(opt.private_data, cm::private_data_message::connect, cm::port_space_for<Transport>);
-    auto channel = std::make_unique<cm::event_channel>();
-    cm::id cm_id{*channel, cm::port_space_for<Transport>};
-    if (opt.type_of_service) cm_id.set_type_of_service(*opt.type_of_service);
-    if (opt.reuse_address) cm_id.set_reuse_address(true);
-    auto descriptor = watch(ex, *channel);
-    auto const addr_timeout = opt.deadlines.of(cm::step::resolve_address);
-    cm_id.resolve_address(destination, addr_timeout, opt.source ? &*opt.source : nullptr);
-    (void)co_await expect(*channel, descriptor, cm::event_type::addr_resolved,
-                          rdmacxx::detail::saturating_add(addr_timeout, std::chrono::milliseconds{1000}),
-                          "resolving the address of " + destination.to_string(), cm::step::resolve_address);
-    auto const route_timeout = opt.deadlines.of(cm::step::resolve_route);
-    cm_id.resolve_route(route_timeout);
-    (void)co_await expect(*channel, descriptor, cm::event_type::route_resolved,
-                          rdmacxx::detail::saturating_add(route_timeout, std::chrono::milliseconds{1000}),
-                          "resolving the route to " + destination.to_string(), cm::step::resolve_route);
-    cm_id.check_settings(opt.settings, Transport::qp_type, "; nothing was sent");
-    cm::event_channel& ch = *channel;
-    std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(cm_id),
-                                                           opt.deadlines.of(cm::step::disconnect)};
-    if (shared)
-        c->borrow(*shared);
-    else
-        c->make_own(opt.cq_entries);
-    c->create_qp(opt.caps);
-    c->cm_id().connect(opt.settings, opt.private_data);
-    cm::event e = co_await expect(
-        ch, descriptor, Transport::connected ? cm::event_type::connect_response : cm::event_type::established,
-        opt.deadlines.of(cm::step::connect), "connecting to " + c->peer_name(), cm::step::connect);
-    if constexpr (Transport::connected) c->cm_id().establish(opt.settings);
-    c->set_peer(e.private_data_copy(), e.conn());
-    if constexpr (!Transport::connected) c->set_peer_ud(e.ud());
-    descriptor.close(); // before the monitor thread takes the channel's events
-    c->established();
-    co_return c;
+    co_return co_await run<cm::connection<Transport, Completion>>([&](cm::engine& eng, auto done) {
+        if (shared)
+            cm::connect<Transport, Completion>(eng, destination, *shared, std::move(opt), std::move(done));
+        else
+            cm::connect<Transport, Completion>(eng, destination, std::move(opt), std::move(done));
+    });
 }
 
 template <transport Transport, completion_strategy Completion, class BeforeAccept>
 ::asio::awaitable<std::optional<cm::connection<Transport, Completion>>>
 accept(cm::listener<Transport>& listener, cm::connection_options opt, std::optional<cm::resources<Completion>> shared,
        BeforeAccept before_accept) {
-    auto const ex = co_await ::asio::this_coro::executor;
     cm::check_private_data(opt.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
     std::optional<cm::connect_request> req;
     {
-        auto listening = watch(ex, listener.channel());
-        cm::event e = co_await expect(listener.channel(), listening, cm::event_type::connect_request, std::nullopt,
-                                      "listening on " + listener.cm_id().local_address().to_string());
-        req.emplace(e);
+        auto listening = watch(co_await ::asio::this_coro::executor, listener.channel());
+        req.emplace(co_await expect(listener.channel(), listening, cm::event_type::connect_request,
+                                    "listening on " + listener.cm_id().local_address().to_string()));
     }
-    req->cm_id().check_settings(opt.settings, Transport::qp_type, "; nothing was sent");
-    auto channel = std::make_unique<cm::event_channel>();
-    req->cm_id().migrate(*channel);
-    cm::event_channel& ch = *channel;
-    std::vector<std::byte> const peer_data{req->private_data().begin(), req->private_data().end()};
-    std::optional<cm::connection<Transport, Completion>> c{std::in_place, std::move(channel), std::move(req->cm_id()),
-                                                           opt.deadlines.of(cm::step::disconnect)};
-    c->set_peer(peer_data, req->parameters());
-    if (shared)
-        c->borrow(*shared);
-    else
-        c->make_own(opt.cq_entries);
-    c->create_qp(opt.caps);
-    before_accept(*c);
-    auto descriptor = watch(ex, ch);
-    c->cm_id().accept(opt.settings, opt.private_data);
-    if constexpr (Transport::connected)
-        (void)co_await expect(ch, descriptor, cm::event_type::established, opt.deadlines.of(cm::step::accept),
-                              "accepting " + c->peer_name(), cm::step::accept);
-    descriptor.close();
-    c->established();
-    co_return c;
+    co_return co_await run<cm::connection<Transport, Completion>>([&](cm::engine& eng, auto done) {
+        if (shared)
+            cm::accept<Transport, Completion>(eng, std::move(*req), *shared, std::move(opt), std::move(done),
+                                              std::move(before_accept));
+        else
+            cm::accept<Transport, Completion>(eng, std::move(*req), std::move(opt), std::move(done),
+                                              std::move(before_accept));
+    });
 }
 
 template <transport Transport, completion_strategy Completion, post_policy Post>

@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// The active side of the RDMA CM flows on top of `cm::id`: `cm::connection`, which owns its id
-/// and either owns or borrows its PD, CQs, SRQ, completion channel and queue pair, and
-/// `cm::connect`, which hands one back established. The passive side is in cm/listener.hpp,
-/// multicast in cm/multicast.hpp (rdmacxx/cm.hpp includes all three).
+/// `cm::connection`: one RDMA CM connection, which owns its id and either owns or borrows its PD,
+/// CQs, SRQ, completion channel and queue pair; and `cm::connection_options`, what the flows make
+/// one with. The flows that make one are the handshake of cm/handshake.hpp (`cm::connect`) and
+/// cm/listener.hpp (`accept`); multicast is in cm/multicast.hpp (rdmacxx/cm.hpp includes them all).
 
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/cm/address.hpp"
@@ -13,6 +13,7 @@
 #include "rdmacxx/cm/monitor.hpp"
 #include "rdmacxx/cm/resources.hpp"
 #include "rdmacxx/cq.hpp"
+#include "rdmacxx/detail/callback.hpp"
 #include "rdmacxx/ownership.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"
@@ -95,32 +96,6 @@ struct connection_options {
     bool reuse_address = false;
 };
 
-namespace detail {
-/// Takes events from `channel` until one of type `want` comes: returns it; throws
-/// `timeout_error` naming `s` when nothing came within `timeout` or the CM itself reports the
-/// step timed out (status -ETIMEDOUT), the matching `cm_error` for another failure event,
-/// `cm_error` for another unexpected one. Events of `ignore` type are dropped.
-inline event expect(event_channel& channel, event_type want, std::chrono::milliseconds timeout, std::string const& what,
-                    step s = step::other, std::optional<event_type> ignore = std::nullopt) {
-    auto const deadline = rdmacxx::detail::deadline_after(timeout); // saturates: max() waits for ever
-    for (;;) {
-        auto const left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        auto e = channel.get(left.count() > 0 ? left : std::chrono::milliseconds{0});
-        if (!e) [[unlikely]]
-            throw timeout_error(s, "no " + std::string{to_string(want)} + " event within " +
-                                       std::to_string(timeout.count()) + " ms while " + what);
-        if (e->type() == want && e->status() == 0) return *e;
-        if (ignore && e->type() == *ignore) continue;
-        if (e->status() == -ETIMEDOUT && e->type() != event_type::rejected) [[unlikely]]
-            throw timeout_error(s, "the CM reported " + e->to_string() + " while " + what);
-        e->throw_if_failed(what);
-        throw cm_error(e->type(), e->status(), "arrived while waiting for " + std::string{to_string(want)} + " " + what,
-                       e->private_data_copy(), EPROTO);
-    }
-}
-} // namespace detail
-
 /// One RDMA CM connection (RC or UC over the TCP port space) or UD association (UDP port space):
 /// owns its id and the queue pair made on it, and either owns or borrows the PD, the send and
 /// receive CQs, the SRQ and the completion channel; keeps the peer's private data and
@@ -162,10 +137,11 @@ inline event expect(event_channel& channel, event_type want, std::chrono::millis
 /// `disconnected` follows when its DREQ times out; a connection that only has receives posted
 /// learns nothing until it sends.
 ///
-/// One accepted on a shared channel (`connect_request::accept_shared`) is told its events by the
-/// caller's loop through `handle`, which does the same on `disconnected`.
-/// Thread-safety: one thread at a time per connection; `state()`, `wait_disconnected` and
-/// `handle` may be called from other threads.
+/// One made on a `cm::engine` (`cm::connect(engine&, …)`, `cm::accept(engine&, …)`) has no thread:
+/// its id stays on the engine's channel, and the engine's `process()` does the same on
+/// `disconnected` (`on_end` tells you). It keeps that channel open while it lives.
+/// Thread-safety: one thread at a time per connection (for one made on an engine, the engine's);
+/// `state()` and `wait_disconnected` may be called from other threads.
 /// @see rdma_cm(7)
 template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
 class connection final {
@@ -244,8 +220,9 @@ public:
     [[nodiscard]] bool owns_resources() const noexcept { return own_pd_ != nullptr; }
     /// The id.
     [[nodiscard]] cm::id& cm_id() noexcept { return id_; }
-    /// The connection's own event channel; null when it shares its creator's. Once a connected
-    /// connection is established its monitor takes the events of this channel.
+    /// The event channel its id lives on: its own (the blocking flows), whose events its monitor
+    /// thread takes once a connected connection is established, or its engine's. Do not take its
+    /// events yourself.
     [[nodiscard]] event_channel* channel() noexcept { return channel_.get(); }
     /// The state.
     [[nodiscard]] connection_state state() const noexcept { return monitor_->state(); }
@@ -313,8 +290,8 @@ public:
     void disconnect() requires(Transport::connected) { disconnect(disconnect_timeout_); }
 
     /// Waits at most `timeout` for the connection to end: the peer disconnects or dies (seen by
-    /// the monitor thread, or, for a connection on a shared channel, by another thread's
-    /// `handle`), `disconnect` is called, or a failure event ended it (`connection_state::failed`).
+    /// the monitor thread, or, for a connection on an engine, by the engine's `process()` in
+    /// another thread's loop), `disconnect` is called, or a failure event ended it (`connection_state::failed`).
     /// Returns true when it ended — the QP is then in ERR and a peer's disconnect has been
     /// answered — and false when the timeout passed: the timeout is this distinct outcome, never
     /// an exception. Never blocks longer than `timeout` (`milliseconds::max()`: for ever).
@@ -324,26 +301,18 @@ public:
                monitor_->wait_ended(timeout, true);
     }
 
-    /// Updates the connection with `e`, an event for its id taken from a shared channel:
-    /// `established` marks it established; `disconnected` (and `device_removal`) end it as the
-    /// monitor of a connection with its own channel does: the QP to ERR (everything in flight
-    /// completes with IBV_WC_WR_FLUSH_ERR), the peer's disconnect answered; `timewait_exit` is
-    /// ignored. A failure event (`connect_error`, `unreachable`, `rejected`: say, a client that
-    /// never completes the handshake) ends it too: the QP to ERR, the state `failed`, and
-    /// `wait_disconnected` returns true. Safe to call while another thread waits in
-    /// `wait_disconnected`.
-    /// @throws the matching `cm_error` for a failure event (after ending the connection).
-    void handle(event const& e) {
-        if (e.type() == event_type::timewait_exit || (monitor_->apply(e.type()) && e.ok())) return;
-        e.throw_if_failed("on the connection with " + peer_name());
-    }
+    /// Calls `fn(state)` once when the CM ends the connection (`disconnected`, `device_removal`:
+    /// the peer left or died), after the QP went to ERR: from the engine's `process()` for a
+    /// connection on an engine, from the monitor thread otherwise. `fn` may destroy the
+    /// connection. Not called for our own `disconnect()`, nor for an end before it was set.
+    void on_end(rdmacxx::detail::callback<void(connection_state)> fn) { monitor_->on_end(std::move(fn)); }
 
     /// "198.18.0.1:7471" — the peer's address.
     [[nodiscard]] std::string peer_name() const { return id_.peer_address().to_string(); }
 
     /// @cond
     // The pieces the flows (cm::connect, connect_request) assemble a connection from.
-    connection(std::unique_ptr<event_channel> channel, cm::id&& cm_id, std::chrono::milliseconds disconnect_timeout)
+    connection(std::shared_ptr<event_channel> channel, cm::id&& cm_id, std::chrono::milliseconds disconnect_timeout)
         : channel_(std::move(channel)), id_(std::move(cm_id)),
           monitor_(std::make_unique<detail::connection_monitor>(id_.native_handle())),
           disconnect_timeout_(disconnect_timeout) {}
@@ -398,11 +367,10 @@ public:
         monitor_->set_qp(qp.native_handle());
     }
 
-    // Established: a connected connection with its own channel starts its monitor thread.
-    void established() {
-        monitor_->established();
-        if constexpr (Transport::connected)
-            if (channel_) monitor_->watch(*channel_);
+    // A connected connection alone on its channel (the blocking flows): its monitor thread takes
+    // the channel's events from now on.
+    void watch_own_channel() {
+        if constexpr (Transport::connected) monitor_->watch(*channel_);
     }
 
     void set_peer(std::vector<std::byte> private_data, connection_data const& conn) {
@@ -427,7 +395,7 @@ private:
         return *found;
     }
 
-    std::unique_ptr<event_channel> channel_;
+    std::shared_ptr<event_channel> channel_; // its own, or its engine's (kept open while the id is on it)
     cm::id id_;
     std::unique_ptr<detail::connection_monitor> monitor_;
     // Owned by a self-contained connection (null when borrowed); destroyed in reverse order.
@@ -452,29 +420,6 @@ private:
 };
 
 namespace detail {
-/// Active side, first half: a channel and an id with the address and the route to
-/// `destination` resolved, each within its step's timeout.
-template <transport Transport, completion_strategy Completion, post_policy Post>
-connection<Transport, Completion, Post> resolve(address const& destination, connection_options const& opt) {
-    check_private_data(opt.private_data, private_data_message::connect, port_space_for<Transport>);
-    auto channel = std::make_unique<event_channel>();
-    cm::id cm_id{*channel, port_space_for<Transport>};
-    if (opt.type_of_service) cm_id.set_type_of_service(*opt.type_of_service);
-    if (opt.reuse_address) cm_id.set_reuse_address(true);
-    auto const addr_timeout = opt.deadlines.of(step::resolve_address);
-    cm_id.resolve_address(destination, addr_timeout, opt.source ? &*opt.source : nullptr);
-    (void)expect(*channel, event_type::addr_resolved,
-                 rdmacxx::detail::saturating_add(addr_timeout, std::chrono::milliseconds{1000}),
-                 "resolving the address of " + destination.to_string(), step::resolve_address);
-    auto const route_timeout = opt.deadlines.of(step::resolve_route);
-    cm_id.resolve_route(route_timeout);
-    (void)expect(*channel, event_type::route_resolved,
-                 rdmacxx::detail::saturating_add(route_timeout, std::chrono::milliseconds{1000}),
-                 "resolving the route to " + destination.to_string(), step::resolve_route);
-    cm_id.check_settings(opt.settings, Transport::qp_type, "; nothing was sent");
-    return {std::move(channel), std::move(cm_id), opt.deadlines.of(step::disconnect)};
-}
-
 /// A caller's QP whose connection failed: to ERR, so that whatever was posted completes
 /// (flushed) instead of being dropped; `reset()` makes it connectable again.
 template <class QueuePair>
@@ -484,98 +429,7 @@ void fail_qp(QueuePair& qp) noexcept {
     } catch (...) { // NOLINT(bugprone-empty-catch): the connection's own error is what matters
     }
 }
-
-/// Active side, second half, for a QP made by the flow: connects and waits for
-/// `connect_response` (RC, UC: then moves the QP to RTS and sends the RTU, `establish`) or
-/// `established` (UD).
-template <transport Transport, completion_strategy Completion>
-void finish_connect(connection<Transport, Completion>& c, connection_options const& opt) {
-    c.cm_id().connect(opt.settings, opt.private_data);
-    event e = expect(*c.channel(), Transport::connected ? event_type::connect_response : event_type::established,
-                     opt.deadlines.of(step::connect), "connecting to " + c.peer_name(), step::connect);
-    if constexpr (Transport::connected) c.cm_id().establish(opt.settings);
-    c.set_peer(e.private_data_copy(), e.conn());
-    if constexpr (!Transport::connected) c.set_peer_ud(e.ud());
-    c.established();
-}
 } // namespace detail
-
-/// Active side: connects to `destination` and returns an established, self-contained connection
-/// of transport `Transport` (RC or UC over the TCP port space, UD over the UDP port space) with
-/// its own event channel: resolves the address and the route (each within its step's timeout),
-/// makes the PD, CQ and QP on the resolved device, connects with `opt.settings` and
-/// `opt.private_data`, and waits up to the connect deadline for the connection.
-/// @throws address_error, route_not_found_error, route_error while resolving; rejected_error
-///         (with the reject reason and the peer's private data: no listener is reason 8 on
-///         RoCE), unreachable_error, connect_error while connecting; timeout_error naming the
-///         step whose timeout ran out; argument_error for private data over 56 bytes (TCP) or
-///         180 (UDP), before anything is sent; sys_error when a verb fails.
-/// @see rdma_resolve_addr(3), rdma_resolve_route(3), ibv_create_qp(3), rdma_connect(3), rdma_establish(3)
-template <transport Transport, completion_strategy Completion>
-[[nodiscard]] connection<Transport, Completion> connect(address const& destination,
-                                                        connection_options const& opt = {}) {
-    auto c = detail::resolve<Transport, Completion, legacy_post>(destination, opt);
-    c.make_own(opt.cq_entries);
-    c.create_qp(opt.caps);
-    detail::finish_connect(c, opt);
-    return c;
-}
-
-/// Active side on resources you own: as `connect(destination, opt)`, but the QP is made in
-/// `r.pd` on `r.send_cq` and `r.recv_cq` (and `r.srq` when given), which the connection only
-/// borrows: they must outlive it, and be on the device the CM resolves `destination` to.
-/// @throws as `connect(destination, opt)`; argument_error when the PD or a CQ is on another
-///         device, or `r.channel` is not the CQs' channel (nothing sent).
-template <transport Transport, completion_strategy Completion>
-[[nodiscard]] connection<Transport, Completion> connect(address const& destination, resources<Completion> const& r,
-                                                        connection_options const& opt = {}) {
-    auto c = detail::resolve<Transport, Completion, legacy_post>(destination, opt);
-    c.borrow(r);
-    c.create_qp(opt.caps);
-    detail::finish_connect(c, opt);
-    return c;
-}
-
-/// Active side for a QP you created (RC or UC, any post policy, `checked` or not, in RESET, in
-/// a PD on the device the CM resolves `destination` to): resolves, moves the QP to INIT with
-/// the CM's attributes under `opt.settings` (`id::modify_qp`), connects naming its QPN, and on
-/// the connect response moves it to RTR and RTS the same way and sends the RTU
-/// (rdma_establish(3)). If a transition fails the request is rejected; whatever fails,
-/// the QP is in ERR when the error leaves (what was posted completes flushed; `reset()` it to
-/// connect again). The connection borrows the QP (it must outlive
-/// the connection) and owns only the id.
-/// @throws as `connect(destination, opt)`; argument_error when the QP is on another device or
-///         not in RESET (nothing sent); sys_error naming the state when a transition fails.
-/// @see rdma_init_qp_attr(3), rdma_establish(3)
-template <transport Transport, completion_strategy Completion, post_policy Post>
-    requires(Transport::connected)
-[[nodiscard]] connection<Transport, Completion, Post>
-connect(address const& destination, queue_pair<Transport, Completion, Post>& qp, connection_options const& opt = {}) {
-    auto c = detail::resolve<Transport, Completion, Post>(destination, opt);
-    c.adopt(qp);
-    auto& cm_id = c.cm_id();
-    try {
-        cm_id.modify_qp(qp.native_handle(), IBV_QPS_INIT, opt.settings);
-        cm_id.connect(opt.settings, opt.private_data, qp.qp_num(), qp.native_handle()->srq != nullptr);
-        event e =
-            detail::expect(*c.channel(), event_type::connect_response, opt.deadlines.of(step::connect),
-                           "connecting QP " + std::to_string(qp.qp_num()) + " to " + c.peer_name(), step::connect);
-        try {
-            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTR, opt.settings);
-            cm_id.modify_qp(qp.native_handle(), IBV_QPS_RTS, opt.settings);
-        } catch (...) {
-            (void)::rdma_reject(cm_id.native_handle(), nullptr, 0);
-            throw;
-        }
-        cm_id.establish();
-        c.set_peer(e.private_data_copy(), e.conn());
-    } catch (...) {
-        detail::fail_qp(qp);
-        throw;
-    }
-    c.established();
-    return c;
-}
 
 } // namespace cm
 } // namespace v0

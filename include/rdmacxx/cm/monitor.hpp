@@ -3,10 +3,14 @@
 /// `cm::connection_state` and the monitor behind a `cm::connection`: what turns the CM's
 /// `disconnected` (a peer that left, or died and had its id destroyed by its kernel) into a
 /// queue pair in the ERR state, so that every WR in flight completes with
-/// `IBV_WC_WR_FLUSH_ERR` and every waiter on the CQ wakes.
+/// `IBV_WC_WR_FLUSH_ERR` and every waiter on the CQ wakes. Whoever reads the connection's event
+/// channel feeds it: the engine the connection was made on (`cm::engine::process`, no thread), or
+/// for a connection with a channel of its own, the one thread of that channel (`watch`).
 
+#include "rdmacxx/cm/engine.hpp"
 #include "rdmacxx/cm/event.hpp"
 #include "rdmacxx/cm/event_type.hpp"
+#include "rdmacxx/detail/callback.hpp"
 #include "rdmacxx/detail/wait.hpp"
 
 #include <sys/eventfd.h>
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -34,16 +39,50 @@ enum class connection_state {
 namespace detail {
 
 /// The shared state of one connection, on the heap so that a moved connection keeps it: its
-/// state, the QP to move to ERR when the peer goes, and (for a connection with its own event
-/// channel) a thread that takes the channel's events once the connection is established.
-/// Thread-safety: every member may be called from any thread.
-class connection_monitor {
+/// state, the QP to move to ERR when the peer goes, and what feeds it the id's events: the engine
+/// it joined (`join`), or, for a connection with its own event channel, a thread that takes the
+/// channel's events once the connection is established (`watch`).
+/// Thread-safety: every member may be called from any thread, but `join`, `leave` and `take`
+/// only from the thread driving the engine.
+class connection_monitor final : public event_target {
 public:
     /// Monitors the connection of `id`; its QP is named later (`set_qp`).
     explicit connection_monitor(rdma_cm_id* id) noexcept : id_(id) {}
     connection_monitor(connection_monitor const&) = delete;
     connection_monitor& operator=(connection_monitor const&) = delete;
-    ~connection_monitor() { stop(); }
+    ~connection_monitor() {
+        stop();
+        leave();
+    }
+
+    /// Takes the id's events from `eng` from now on (`take`), until `leave()`.
+    void join(engine& eng) {
+        eng.add(id_, this);
+        engine_ = eng.cell();
+    }
+    /// Stops taking events from the engine joined (if it still exists).
+    void leave() noexcept {
+        if (engine* const eng = engine_.get_if()) eng->remove(id_);
+        engine_ = {};
+    }
+
+    /// Calls `fn(state)` once, from the thread that applies the event ending the connection
+    /// (`disconnected`, `device_removal`) — the engine's `process()` or the monitor thread — after
+    /// the QP went to ERR. `fn` may destroy the connection. What it throws leaves `process()`
+    /// (on the monitor thread: dropped). Replaces an earlier one.
+    void on_end(rdmacxx::detail::callback<void(connection_state)> fn) {
+        std::lock_guard lock{mutex_};
+        on_end_ = std::move(fn);
+    }
+
+    /// An event of the id, from the engine: applied (`apply`), then the end callback if it ended
+    /// the connection. Nothing of `*this` is touched after the callback, which may destroy it.
+    /// @throws what the end callback throws.
+    void take(event const& e) override {
+        connection_state const before = state();
+        (void)apply(e.type());
+        notify_end(before);
+    }
 
     /// The QP to move to ERR when the connection ends (null: none).
     void set_qp(ibv_qp* qp) noexcept {
@@ -172,6 +211,20 @@ private:
         (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
     }
 
+    // Calls the end callback (taken out first: it may destroy `*this`) when the state left
+    // `before` for an end.
+    void notify_end(connection_state before) {
+        connection_state const now = state();
+        if (now == before || (now != connection_state::disconnected && now != connection_state::failed)) return;
+        rdmacxx::detail::callback<void(connection_state)> fn;
+        {
+            std::lock_guard lock{mutex_};
+            fn = std::move(on_end_);
+            on_end_ = {};
+        }
+        if (fn) fn(now);
+    }
+
     void run(event_channel& channel) noexcept {
         pollfd fds[2] = {{channel.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
         for (;;) {
@@ -181,8 +234,14 @@ private:
             }
             if (fds[1].revents != 0) return;
             try {
-                while (auto e = channel.try_get())
+                while (auto e = channel.try_get()) {
+                    connection_state const before = state();
                     (void)apply(e->type());
+                    try {
+                        notify_end(before);
+                    } catch (...) { // NOLINT(bugprone-empty-catch): a callback's failure, on a thread of ours
+                    }
+                }
             } catch (...) {
                 return; // the channel failed: nothing more will come on it
             }
@@ -197,6 +256,8 @@ private:
     std::condition_variable changed_;
     int stop_fd_ = -1;
     std::thread thread_;
+    rdmacxx::detail::link<engine> engine_;
+    rdmacxx::detail::callback<void(connection_state)> on_end_;
 };
 
 } // namespace detail
