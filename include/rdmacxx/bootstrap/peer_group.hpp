@@ -15,13 +15,19 @@
 #include "rdmacxx/qp.hpp"
 #include "rdmacxx/transport.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <optional>
+#include <ostream>
 #include <span>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -39,41 +45,158 @@ struct peer_group_options {
     bool with_ud = false; ///< also one UD QP per rank and an address handle per peer
 };
 
+/// Every rank's construction of a `peer_group` failed together, because one or more ranks could
+/// not set up their part (create a QP, decode a peer's record, connect, make an address handle).
+/// Every rank of the group throws it, with the same list of failed ranks and their reasons, so
+/// that no rank is left with a half-connected group or waiting on a peer that gave up.
+///
+/// `what()` and `dump_detailed` give the summary on top and each failed rank's reason below it;
+/// `failures()` lists them; on a rank that failed itself, `local_error()` holds the original
+/// exception (a `sys_error`, `argument_error`, …), which `dump_detailed` at level 2 prints too.
+/// Its code is `std::errc::connection_aborted`.
+class peer_group_error : public error {
+public:
+    /// One rank that failed, and why (its error's `what()`; a peer's reason is cut to
+    /// `reason_bytes` bytes on the wire).
+    struct failure {
+        int rank = 0;       ///< the rank that failed
+        std::string reason; ///< what failed there, e.g. "creating its QPs: ibv_create_qp failed …"
+    };
+
+    /// @param rank      the rank throwing it
+    /// @param failures  the ranks that failed, in rank order (at least one)
+    /// @param local     this rank's own exception when it is among them, else null
+    peer_group_error(int rank, std::vector<failure> failures, std::exception_ptr local)
+        : error(std::make_error_code(std::errc::connection_aborted), lowest(failures)),
+          failures_(std::make_shared<std::vector<failure> const>(std::move(failures))), local_(std::move(local)) {
+        auto const& f = *failures_;
+        for (std::size_t i = f.size() - 1; i-- > 0;)
+            push_context(describe(f[i]));
+        std::string ranks;
+        for (auto const& x : f)
+            ranks += (ranks.empty() ? "" : ", ") + std::to_string(x.rank);
+        push_context("peer_group on rank " + std::to_string(rank) + ": the group was not made on any rank: rank" +
+                     (f.size() > 1 ? "s " : " ") + ranks + " failed");
+    }
+
+    /// The ranks that failed, in rank order, with their reasons.
+    [[nodiscard]] std::span<failure const> failures() const noexcept { return *failures_; }
+    /// This rank's own exception when it failed itself, else null.
+    [[nodiscard]] std::exception_ptr local_error() const noexcept { return local_; }
+
+    /// Bytes of a reason on the wire; longer ones are cut.
+    static constexpr std::size_t reason_bytes = 248;
+
+protected:
+    void dump_attributes(std::ostream& os, std::string const& lead) const override {
+        for (auto const& f : *failures_)
+            os << lead << "rank " << f.rank << ": " << f.reason << '\n';
+        if (!local_) return;
+        try {
+            std::rethrow_exception(local_);
+        } catch (error const& e) {
+            e.dump_detailed(os, lead + "this rank:", 2);
+        } catch (...) {}
+    }
+
+private:
+    static std::string describe(failure const& f) { return "rank " + std::to_string(f.rank) + ": " + f.reason; }
+    static std::string lowest(std::vector<failure> const& f) {
+        return f.empty() ? std::string{"no rank named"} : describe(f.back());
+    }
+
+    std::shared_ptr<std::vector<failure> const> failures_;
+    std::exception_ptr local_;
+};
+
 namespace detail {
-/// The header of a peer group's allgather blob: magic "RXPG", the wire version, then the group
-/// size and the flags (bit 0: with UD), big-endian, so that ranks built with other options or
-/// another rdmacxx are told apart instead of misreading each other.
+/// The record every rank sends every rank (an allgather) when a peer group is made:
+///
+/// | offset | bytes | field |
+/// |---|---|---|
+/// | 0 | 4 | magic `"RXPG"` |
+/// | 4 | 1 | version, 1 |
+/// | 5 | 1 | status: 0 ready, 1 failed (the reason follows in the status round) |
+/// | 6 | 2 | reserved, 0 |
+/// | 8 | 4 | group size |
+/// | 12 | 4 | flags: bit 0 with UD |
+/// | 16 | 32 | the exposed `remote_span` |
+/// | 48 | 32 | the UD QP's `endpoint` (with UD only) |
+///
+/// Beside it, each rank sends each rank r only the `endpoint` of its RC QP for r (an alltoall,
+/// 32 bytes per rank), and after connecting a status record (an allgather, 8 bytes: magic
+/// `"RXPS"`, version, status, 2 reserved); when any rank failed, a reason record follows (an
+/// allgather, 256 bytes: magic `"RXPF"`, version, reserved, 2-byte length, 248 bytes of text).
 struct peer_group_header {
     static constexpr std::array<char, 4> magic{'R', 'X', 'P', 'G'};
     static constexpr std::size_t bytes = 16;
     std::uint32_t size = 0;
     std::uint32_t flags = 0;
+    bool failed = false;
 
     void write(std::byte* out) const noexcept {
         wire::put_header(out, magic);
+        wire::put<1>(out + 5, failed ? 1U : 0U);
         wire::put<4>(out + 8, size);
         wire::put<4>(out + 12, flags);
     }
     static peer_group_header read(std::span<std::byte const> in) {
-        if (std::string why = wire::header_fault(in, bytes, magic, "a peer group's bootstrap blob"); !why.empty())
-            [[unlikely]]
+        if (std::string why = wire::header_fault(in, bytes, magic, "a peer group's record"); !why.empty()) [[unlikely]]
             throw_argument(std::move(why));
+        if (wire::get<1>(in.data() + 5) > 1 || wire::get<2>(in.data() + 6) != 0) [[unlikely]]
+            throw_argument(wire::reserved_fault("a peer group's record", "the status"));
         return {static_cast<std::uint32_t>(wire::get<4>(in.data() + 8)),
-                static_cast<std::uint32_t>(wire::get<4>(in.data() + 12))};
+                static_cast<std::uint32_t>(wire::get<4>(in.data() + 12)), wire::get<1>(in.data() + 5) == 1};
+    }
+};
+
+/// The status round of a peer group's construction (see `peer_group_header`).
+struct peer_group_status {
+    static constexpr std::array<char, 4> magic{'R', 'X', 'P', 'S'};
+    static constexpr std::size_t bytes = 8;
+    static constexpr std::array<char, 4> reason_magic{'R', 'X', 'P', 'F'};
+    static constexpr std::size_t reason_record = 8 + peer_group_error::reason_bytes;
+
+    static void write(std::byte* out, bool failed) noexcept {
+        wire::put_header(out, magic);
+        wire::put<1>(out + 5, failed ? 1U : 0U);
+    }
+    /// True when the record says its rank failed; a record that cannot be read counts as failed.
+    [[nodiscard]] static bool failed(std::span<std::byte const> in) noexcept {
+        return !wire::header_fault(in, bytes, magic, "a peer group's status").empty() ||
+               wire::get<1>(in.data() + 5) != 0;
+    }
+    static void write_reason(std::byte* out, std::string_view reason) noexcept {
+        std::size_t const n = std::min(reason.size(), peer_group_error::reason_bytes);
+        wire::put_header(out, reason_magic);
+        wire::put<2>(out + 6, n);
+        std::memcpy(out + 8, reason.data(), n);
+    }
+    [[nodiscard]] static std::string read_reason(std::span<std::byte const> in) {
+        if (std::string why = wire::header_fault(in, reason_record, reason_magic, "a peer group's failure reason");
+            !why.empty()) [[unlikely]]
+            return why;
+        std::size_t const n = std::min<std::size_t>(wire::get<2>(in.data() + 6), peer_group_error::reason_bytes);
+        return std::string{reinterpret_cast<char const*>(in.data() + 8), n};
     }
 };
 } // namespace detail
 
 /// A full mesh of RC QPs over the ranks of a bootstrap (`bootstrap` concept: MPI through
-/// `rdmacxx/bootstrap/mpi.hpp`, or any engine): rank r holds one RC QP per other rank, connected
-/// to that rank's QP for r, and knows the `remote_span` each rank exposed. With
-/// `peer_group_options::with_ud` each rank also holds one UD QP and an address handle to every
-/// other rank's UD QP.
+/// `rdmacxx/bootstrap/mpi.hpp`, threads through `rdmacxx/bootstrap/threads.hpp`, or any engine):
+/// rank r holds one RC QP per other rank, connected to that rank's QP for r, and knows the
+/// `remote_span` each rank exposed. With `peer_group_options::with_ud` each rank also holds one
+/// UD QP and an address handle to every other rank's UD QP.
 ///
-/// The constructor is collective: every rank of the bootstrap constructs its group with the same
-/// options, and it does one allgather. The QPs are connected (RTS) when it returns; a rank must
-/// post its receives before a peer sends to it, so the usual order is: construct, post receives,
-/// `boot.barrier()`, then send.
+/// The constructor is collective and all or nothing: every rank of the bootstrap constructs its
+/// group with the same options, and every rank takes part in every exchange whatever fails
+/// locally. Either every rank returns a connected group (RTS), or every rank throws the same
+/// `peer_group_error` naming the ranks that failed and why. A rank must post its receives before
+/// a peer sends to it, so the usual order is: construct, post receives, `boot.barrier()`, send.
+///
+/// What each rank receives, for n ranks (see docs/multi-node.md): n records of 48 bytes (80 with
+/// UD) by allgather, one 32-byte endpoint from each rank by alltoall, and n status records of
+/// 8 bytes by allgather: O(n) bytes per rank (plus n reasons of 256 bytes when a rank failed).
 ///
 /// The group's QPs and address handles are made in `pd` and on the CQs and `port`'s context,
 /// which must outlive it (the device refuses to free them while its QPs exist); they may move
@@ -82,7 +205,7 @@ struct peer_group_header {
 /// where they are (what refers to a QP of the group follows it) and a move assignment destroys
 /// the QPs held, then the address handles.
 /// Thread-safety: as for each QP it holds; the accessors are safe from several threads.
-/// @see ibv_modify_qp(3), ibv_create_ah(3)
+/// @see ibv_modify_qp(3), ibv_create_ah(3), MPI_Allgather(3), MPI_Alltoall(3)
 template <completion_strategy Completion>
 class peer_group {
 public:
@@ -91,13 +214,16 @@ public:
     /// The UD QP type.
     using ud_queue_pair = queue_pair<ud, Completion>;
 
-    /// Creates one RC QP per other rank (and one UD QP), exchanges their endpoints and `exposed`
-    /// through `boot.allgather`, and connects every RC QP; on `port`, in `pd`, with completions
-    /// to `send_cq` and `recv_cq` (they may be the same CQ, and must hold the completions of all
-    /// the group's QPs).
-    /// @throws argument_error when the ranks' blobs disagree (built with other options, another
-    ///         rdmacxx version, or corrupt); sys_error when a QP cannot be created or connected;
-    ///         whatever the bootstrap throws.
+    /// Creates one RC QP per other rank (and one UD QP), exchanges `exposed` and the UD endpoint
+    /// by `boot.allgather` and each RC QP's endpoint with the rank it is for by `boot.alltoall`,
+    /// connects every RC QP, then agrees with every rank on the outcome by `boot.allgather`; on
+    /// `port`, in `pd`, with completions to `send_cq` and `recv_cq` (they may be the same CQ, and
+    /// must hold the completions of all the group's QPs).
+    /// @throws peer_group_error on every rank when any rank failed to create its QPs, to read a
+    ///         peer's record (built with other options, another rdmacxx version, or corrupt), to
+    ///         connect or to make an address handle; argument_error (on this rank only, before any
+    ///         exchange) when the bootstrap's rank or size is out of range; whatever the bootstrap
+    ///         throws (the group cannot agree then).
     template <bootstrap Bootstrap>
     peer_group(Bootstrap& boot, end_port const& port, protection_domain& pd, completion_queue<Completion>& send_cq,
                completion_queue<Completion>& recv_cq, remote_span<std::byte> exposed = {},
@@ -107,60 +233,84 @@ public:
             detail::throw_argument("peer_group: the bootstrap says rank " + std::to_string(rank_) + " of " +
                                    std::to_string(size_));
         auto const n = static_cast<std::size_t>(size_);
-        qps_.resize(n);
-        for (std::size_t r = 0; r < n; ++r)
-            if (r != static_cast<std::size_t>(rank_)) qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
-        if (opt.with_ud) {
-            ud_qp_.emplace(pd, send_cq, recv_cq, opt.caps);
-            ud_qp_->activate(port, opt.settings);
-        }
-
-        // This rank's blob: header, the endpoint of its QP for each rank (zeros for itself), the
-        // span it exposes, and its UD QP's endpoint.
-        std::size_t const blob = blob_bytes(n, opt.with_ud);
-        std::vector<std::byte> mine(blob);
-        detail::peer_group_header{static_cast<std::uint32_t>(n), opt.with_ud ? 1U : 0U}.write(mine.data());
-        std::byte* at = mine.data() + detail::peer_group_header::bytes;
-        for (std::size_t r = 0; r < n; ++r, at += endpoint_bytes)
-            if (qps_[r]) put(at, qps_[r]->local_endpoint(port).to_bytes());
-        put(at, exposed.to_bytes());
-        at += span_bytes;
-        if (ud_qp_) put(at, ud_qp_->local_endpoint(port).to_bytes());
-
-        std::vector<std::byte> all(blob * n);
-        boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
-
-        remotes_.resize(n);
-        if (ud_qp_) {
-            ud_remotes_.resize(n);
-            ahs_.resize(n);
-        }
-        for (std::size_t r = 0; r < n; ++r) {
-            std::byte const* theirs = all.data() + r * blob;
-            auto const header = detail::peer_group_header::read(std::span<std::byte const>{theirs, blob});
-            if (header.size != n || header.flags != (opt.with_ud ? 1U : 0U)) [[unlikely]]
-                detail::throw_argument(
-                    "peer_group: rank " + std::to_string(r) + " built its group for " + std::to_string(header.size) +
-                    " ranks" + (header.flags != 0 ? " with UD" : " without UD") + ", rank " + std::to_string(rank_) +
-                    " for " + std::to_string(n) + (opt.with_ud ? " with UD" : " without UD"));
-            std::byte const* slots = theirs + detail::peer_group_header::bytes;
-            remotes_[r] =
-                remote_span<std::byte>::from_bytes(std::span<std::byte const>{slots + n * endpoint_bytes, span_bytes});
-            if (r == static_cast<std::size_t>(rank_)) continue;
-            endpoint const mine_at_theirs = endpoint::from_bytes(
-                std::span<std::byte const>{slots + static_cast<std::size_t>(rank_) * endpoint_bytes, endpoint_bytes});
-            qps_[r]->connect(port, mine_at_theirs, opt.settings);
-            if (ud_qp_) {
-                endpoint const ud_remote = endpoint::from_bytes(
-                    std::span<std::byte const>{slots + n * endpoint_bytes + span_bytes, endpoint_bytes});
-                ud_remotes_[r] = ud_remote.qpn;
-                ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid,
-                                address_qos{.service_level = opt.settings.service_level.value_or(0),
-                                            .hop_limit = opt.settings.hop_limit.value_or(64),
-                                            .traffic_class = opt.settings.traffic_class.value_or(0),
-                                            .flow_label = opt.settings.flow_label.value_or(0)});
+        auto const me = static_cast<std::size_t>(rank_);
+        std::uint32_t const flags = opt.with_ud ? 1U : 0U;
+        std::string failure; // what failed on this rank, empty while nothing has
+        std::exception_ptr local;
+        auto attempt = [&](std::string const& stage, auto&& step) {
+            if (!failure.empty()) return;
+            try {
+                step();
+            } catch (std::exception const& e) {
+                failure = stage + ": " + e.what();
+                local = std::current_exception();
             }
+        };
+
+        // This rank's record for every rank, and its endpoint for each rank (zeros for itself).
+        std::size_t const record = record_bytes(opt.with_ud);
+        std::vector<std::byte> mine(record), blocks(n * endpoint_bytes);
+        attempt("creating its QPs", [&] {
+            qps_.resize(n);
+            for (std::size_t r = 0; r < n; ++r)
+                if (r != me) qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
+            if (opt.with_ud) {
+                ud_qp_.emplace(pd, send_cq, recv_cq, opt.caps);
+                ud_qp_->activate(port, opt.settings);
+                put(mine.data() + detail::peer_group_header::bytes + span_bytes,
+                    ud_qp_->local_endpoint(port).to_bytes());
+            }
+            put(mine.data() + detail::peer_group_header::bytes, exposed.to_bytes());
+            for (std::size_t r = 0; r < n; ++r)
+                if (r != me) put(blocks.data() + r * endpoint_bytes, qps_[r]->local_endpoint(port).to_bytes());
+        });
+        if (!failure.empty()) std::fill(blocks.begin(), blocks.end(), std::byte{0});
+        detail::peer_group_header{static_cast<std::uint32_t>(n), flags, !failure.empty()}.write(mine.data());
+
+        std::vector<std::byte> all(record * n), theirs(n * endpoint_bytes);
+        boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
+        boot.alltoall(std::span<std::byte const>{blocks}, std::span<std::byte>{theirs});
+
+        bool peer_failed = false; // a rank said it failed: connecting is pointless, the group fails
+        attempt("reading the peers' records", [&] {
+            remotes_.resize(n);
+            for (std::size_t r = 0; r < n; ++r) {
+                auto const at = std::span<std::byte const>{all}.subspan(r * record, record);
+                auto const header = detail::peer_group_header::read(at);
+                if (header.failed) {
+                    peer_failed = true;
+                    continue;
+                }
+                if (header.size != n || header.flags != flags) [[unlikely]]
+                    detail::throw_argument("rank " + std::to_string(r) + " built its group for " +
+                                           std::to_string(header.size) + " ranks" +
+                                           (header.flags != 0 ? " with UD" : " without UD") + ", this rank for " +
+                                           std::to_string(n) + (opt.with_ud ? " with UD" : " without UD"));
+                remotes_[r] = remote_span<std::byte>::from_bytes(at.subspan(detail::peer_group_header::bytes));
+            }
+        });
+        for (std::size_t r = 0; r < n && !peer_failed; ++r) {
+            if (r == me) continue;
+            attempt("connecting to rank " + std::to_string(r), [&] {
+                auto const at = std::span<std::byte const>{theirs}.subspan(r * endpoint_bytes, endpoint_bytes);
+                qps_[r]->connect(port, endpoint::from_bytes(at), opt.settings);
+            });
+            if (opt.with_ud)
+                attempt("making the address handle of rank " + std::to_string(r), [&] {
+                    ud_remotes_.resize(n);
+                    ahs_.resize(n);
+                    auto const at = std::span<std::byte const>{all}.subspan(
+                        r * record + detail::peer_group_header::bytes + span_bytes, endpoint_bytes);
+                    endpoint const ud_remote = endpoint::from_bytes(at);
+                    ud_remotes_[r] = ud_remote.qpn;
+                    ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid,
+                                    address_qos{.service_level = opt.settings.service_level.value_or(0),
+                                                .hop_limit = opt.settings.hop_limit.value_or(64),
+                                                .traffic_class = opt.settings.traffic_class.value_or(0),
+                                                .flow_label = opt.settings.flow_label.value_or(0)});
+                });
         }
+        agree(boot, failure, std::move(local));
         qkey_ = opt.settings.qkey;
     }
 
@@ -222,8 +372,37 @@ private:
     static constexpr std::size_t endpoint_bytes = endpoint::wire_size;
     static constexpr std::size_t span_bytes = remote_span<std::byte>::wire_size;
 
-    static constexpr std::size_t blob_bytes(std::size_t n, bool with_ud) noexcept {
-        return detail::peer_group_header::bytes + n * endpoint_bytes + span_bytes + (with_ud ? endpoint_bytes : 0);
+    static constexpr std::size_t record_bytes(bool with_ud) noexcept {
+        return detail::peer_group_header::bytes + span_bytes + (with_ud ? endpoint_bytes : 0);
+    }
+
+    // The status round: every rank says whether it failed; when any did, every rank sends its
+    // reason (empty when it did not fail) and every rank throws the same peer_group_error.
+    template <class Bootstrap>
+    void agree(Bootstrap& boot, std::string const& failure, std::exception_ptr local) {
+        auto const n = static_cast<std::size_t>(size_);
+        using status = detail::peer_group_status;
+        std::array<std::byte, status::bytes> mine{};
+        status::write(mine.data(), !failure.empty());
+        std::vector<std::byte> all(status::bytes * n);
+        boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
+        bool any = false;
+        for (std::size_t r = 0; r < n; ++r)
+            any = any || status::failed(std::span<std::byte const>{all}.subspan(r * status::bytes, status::bytes));
+        if (!any) return;
+        std::vector<std::byte> reason(status::reason_record), reasons(status::reason_record * n);
+        status::write_reason(reason.data(), failure);
+        boot.allgather(std::span<std::byte const>{reason}, std::span<std::byte>{reasons});
+        std::vector<peer_group_error::failure> failures;
+        for (std::size_t r = 0; r < n; ++r) {
+            if (!status::failed(std::span<std::byte const>{all}.subspan(r * status::bytes, status::bytes))) continue;
+            failures.push_back(
+                {static_cast<int>(r), r == static_cast<std::size_t>(rank_)
+                                          ? failure
+                                          : status::read_reason(std::span<std::byte const>{reasons}.subspan(
+                                                r * status::reason_record, status::reason_record))});
+        }
+        throw peer_group_error(rank_, std::move(failures), std::move(local));
     }
 
     template <std::size_t N>
