@@ -3,13 +3,17 @@
 #include "rdmacxx/bootstrap/mpi.hpp"
 #include "rdmacxx/bootstrap/peer_group.hpp"
 
+#include "../device/bootstrap_support.hpp"
 #include "../device/fixture.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 namespace {
@@ -259,4 +263,69 @@ TEST_CASE("peer_group: the group and its parents move and are move-assigned into
     round("after the group and its parents were move-assigned into live ones", 2);
     group.reset();
     boot.barrier();
+}
+
+TEST_CASE("peer_group: each rank receives O(n) bytes while the group is made (counted)") {
+    rx::mpi_bootstrap mpi;
+    test::counting_bootstrap<rx::mpi_bootstrap> boot{mpi};
+    auto const n = static_cast<std::size_t>(mpi.size());
+    rank_resources<rx::busy_poll> res(mpi.size(), 64);
+    auto const start = std::chrono::steady_clock::now();
+    rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote()};
+    auto const took = std::chrono::steady_clock::now() - start;
+    // n records of 48 bytes (allgather), one 32-byte endpoint per rank (alltoall), n 8-byte
+    // statuses (allgather): see docs/multi-node.md.
+    CHECK(boot.received == n * (48 + 32 + 8));
+    CHECK(boot.collectives == 3);
+    if (mpi.rank() == 0)
+        MESSAGE(n << " ranks: " << boot.received << " bytes received per rank; the group came up in "
+                  << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms on rank 0");
+    mpi.barrier();
+}
+
+// Makes a group in which `sabotage` breaks one rank's part; every rank must throw the same
+// peer_group_error naming `failed` with a reason starting with `stage`, within `bound`.
+template <class Sabotage>
+void all_or_nothing(int failed, std::string const& stage, Sabotage sabotage) {
+    rx::mpi_bootstrap mpi;
+    REQUIRE(mpi.size() >= 3);
+    int const me = mpi.rank();
+    test::counting_bootstrap<rx::mpi_bootstrap> boot{mpi};
+    rank_resources<rx::busy_poll> res(mpi.size(), 64);
+    rx::peer_group_options opt;
+    sabotage(me, opt, boot);
+    auto const bound = std::chrono::seconds{60};
+    auto const start = std::chrono::steady_clock::now();
+    bool threw = false;
+    try {
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+    } catch (rx::peer_group_error const& e) {
+        threw = true;
+        REQUIRE(e.failures().size() == 1);
+        CHECK(e.failures()[0].rank == failed);
+        CHECK_MESSAGE(e.failures()[0].reason.rfind(stage, 0) == 0, e.failures()[0].reason);
+        CHECK(static_cast<bool>(e.local_error()) == (me == failed));
+        std::ostringstream os;
+        e.dump_detailed(os, "E: rank " + std::to_string(me) + ":", 1);
+        std::cout << os.str() << std::flush; // every rank prints its error, as an application would
+    }
+    auto const took = std::chrono::steady_clock::now() - start;
+    CHECK_MESSAGE(threw, "rank " << me << " returned a group although rank " << failed << " failed");
+    CHECK(took < bound);
+    if (me == 0)
+        MESSAGE("every rank threw; rank 0 within "
+                << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+    mpi.barrier(); // and every rank goes on: the next test case runs on the same ranks
+}
+
+TEST_CASE("peer_group all or nothing: rank 1 cannot create its QPs, every rank throws naming it") {
+    all_or_nothing(1, "creating its QPs", [](int me, rx::peer_group_options& opt, auto&) {
+        if (me == 1) opt.caps.max_send_wr = 1U << 30; // over the device's limit, on rank 1 only
+    });
+}
+
+TEST_CASE("peer_group all or nothing: rank 2 receives a corrupt endpoint and cannot connect, every rank throws") {
+    all_or_nothing(2, "connecting to rank 0", [](int me, rx::peer_group_options&, auto& boot) {
+        if (me == 2) boot.tamper = test::corrupt_endpoint_from(0);
+    });
 }
