@@ -8,10 +8,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <mutex>
+#include <exception>
+#include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -154,7 +157,6 @@ TEST_CASE("peer_group over threads: all or nothing, every rank throws the same p
             if (me == 2) counted.tamper = test::corrupt_endpoint_from(0);
         };
     }
-    std::mutex mutex;
     std::vector<std::string> dumps(n);
     auto const start = std::chrono::steady_clock::now();
     auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
