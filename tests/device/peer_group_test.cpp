@@ -219,3 +219,74 @@ TEST_CASE("peer_group over threads at 64 ranks: the bytes each rank receives, an
             << received[0] << " bytes received per rank, made and ring in "
             << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
 }
+
+TEST_CASE("peer_group over threads with loopback: every rank reaches every rank the same way, itself included") {
+    using namespace pg_test;
+    int const n = 3;
+    std::size_t const bytes = 2048;
+    rx::thread_world world{n, std::chrono::seconds{120}};
+    std::vector<std::uint64_t> counters(n);
+    std::vector<std::size_t> bad(n);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        int const me = boot.rank();
+        auto const m = static_cast<std::size_t>(me);
+        rank_resources res(n, bytes);
+        rx::peer_group_options opt;
+        opt.loopback = true;
+        opt.settings.remote_access = rx::access::remote_write | rx::access::remote_read | rx::access::remote_atomic;
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+        if (!group.has_loopback()) throw std::runtime_error("no loopback");
+        // A send to itself, received on the same QP.
+        group.qp(me).post_recv(rx::recv{res.in(me)}.id(1));
+        for (std::size_t k = 0; k < bytes; ++k)
+            res.out(me)[k] = pattern(me, me, k);
+        group.qp(me).post(rx::send{res.out(me)}.id(2));
+        for (int done = 0; done < 2; ++done)
+            (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+        for (std::size_t k = 0; k < bytes; ++k)
+            bad[m] += res.in(me)[k] != pattern(me, me, k) ? 1U : 0U;
+        // Every rank, itself included, writes its slot at every rank through qp(r) and remote(r).
+        for (int r = 0; r < n; ++r) {
+            for (std::size_t k = 0; k < bytes; ++k)
+                res.out(r)[k] = pattern(me, r, k + 1);
+            group.qp(r).post(rx::write{res.out(r), group.remote(r).subspan(m * bytes, bytes)}.id(3));
+            (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+        }
+        boot.barrier();
+        for (int from = 0; from < n; ++from)
+            for (std::size_t k = 0; k < bytes; ++k)
+                bad[m] += res.in(from)[k] != pattern(from, me, k + 1) ? 1U : 0U;
+        boot.barrier();
+        // Every rank, rank 0 included, adds rank + 1 to the counter in rank 0's first word.
+        if (me == 0) std::memset(res.inbox.span().data(), 0, 8);
+        boot.barrier();
+        auto const result = res.outbox.mr.template span<std::uint64_t>(0, 1);
+        group.qp(0).post(rx::fetch_add{result, group.remote(0).first(8).as<std::uint64_t>(), m + 1}.id(4));
+        (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+        boot.barrier();
+        if (me == 0) std::memcpy(&counters[0], res.inbox.span().data(), 8);
+        boot.barrier();
+    });
+    require_all_returned(errors);
+    for (std::size_t r = 0; r < n; ++r)
+        CHECK(bad[r] == 0);
+    CHECK(counters[0] == n * (n + 1) / 2);
+}
+
+TEST_CASE("peer_group: qp(rank()) without loopback is refused, naming the option") {
+    using namespace pg_test;
+    rx::thread_world world{2, std::chrono::seconds{60}};
+    std::vector<std::string> said(2);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        rank_resources res(2, 64);
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq};
+        try {
+            (void)group.qp(boot.rank());
+        } catch (rx::argument_error const& e) {
+            said[static_cast<std::size_t>(boot.rank())] = e.what();
+        }
+    });
+    require_all_returned(errors);
+    for (auto const& s : said)
+        CHECK(s.find("needs peer_group_options::loopback") != std::string::npos);
+}

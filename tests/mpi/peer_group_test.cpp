@@ -329,3 +329,27 @@ TEST_CASE("peer_group all or nothing: rank 2 receives a corrupt endpoint and can
         if (me == 2) boot.tamper = test::corrupt_endpoint_from(0);
     });
 }
+
+TEST_CASE("peer_group with loopback: every rank, rank 0 included, adds to rank 0's counter through qp(0)") {
+    rx::mpi_bootstrap boot;
+    int const n = boot.size(), me = boot.rank();
+    rank_resources<rx::busy_poll> res(n, 64);
+    rx::peer_group_options opt;
+    opt.loopback = true;
+    opt.settings.remote_access = rx::access::remote_atomic;
+    rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+    REQUIRE(group.has_loopback());
+    std::memset(res.inbox.span().data(), 0, 8);
+    boot.barrier();
+    auto const result = res.outbox.mr.template span<std::uint64_t>(0, 1);
+    group.qp(0).post(
+        rx::fetch_add{result, group.remote(0).first(8).as<std::uint64_t>(), static_cast<std::uint64_t>(me + 1)}.id(5));
+    CHECK(next(res.cq).wr_id() == 5);
+    boot.barrier();
+    if (me == 0) {
+        std::uint64_t sum = 0;
+        std::memcpy(&sum, res.inbox.span().data(), 8);
+        CHECK(sum == static_cast<std::uint64_t>(n * (n + 1) / 2));
+    }
+    boot.barrier();
+}

@@ -43,6 +43,10 @@ struct peer_group_options {
     /// read or run atomics on the spans the ranks expose.
     qp_settings settings{};
     bool with_ud = false; ///< also one UD QP per rank and an address handle per peer
+    /// Also an RC QP connected to itself, `qp(rank())`, so that a rank reaches its own exposed span
+    /// (a write, a read, an atomic on its own counter) and its own receives the way it reaches any
+    /// rank's. A rank's own choice: ranks may differ.
+    bool loopback = false;
 };
 
 /// Every rank's construction of a `peer_group` failed together, because one or more ranks could
@@ -184,8 +188,9 @@ struct peer_group_status {
 
 /// A full mesh of RC QPs over the ranks of a bootstrap (`bootstrap` concept: MPI through
 /// `rdmacxx/bootstrap/mpi.hpp`, threads through `rdmacxx/bootstrap/threads.hpp`, or any engine):
-/// rank r holds one RC QP per other rank, connected to that rank's QP for r, and knows the
-/// `remote_span` each rank exposed. With `peer_group_options::with_ud` each rank also holds one
+/// rank r holds one RC QP per other rank, connected to that rank's QP for r (and, with
+/// `peer_group_options::loopback`, one connected to itself), and knows the `remote_span` each
+/// rank exposed. With `peer_group_options::with_ud` each rank also holds one
 /// UD QP and an address handle to every other rank's UD QP.
 ///
 /// The constructor is collective and all or nothing: every rank of the bootstrap constructs its
@@ -253,7 +258,7 @@ public:
         attempt("creating its QPs", [&] {
             qps_.resize(n);
             for (std::size_t r = 0; r < n; ++r)
-                if (r != me) qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
+                if (r != me || opt.loopback) qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
             if (opt.with_ud) {
                 ud_qp_.emplace(pd, send_cq, recv_cq, opt.caps);
                 ud_qp_->activate(port, opt.settings);
@@ -262,7 +267,7 @@ public:
             }
             put(mine.data() + detail::peer_group_header::bytes, exposed.to_bytes());
             for (std::size_t r = 0; r < n; ++r)
-                if (r != me) put(blocks.data() + r * endpoint_bytes, qps_[r]->local_endpoint(port).to_bytes());
+                if (qps_[r]) put(blocks.data() + r * endpoint_bytes, qps_[r]->local_endpoint(port).to_bytes());
         });
         if (!failure.empty()) std::fill(blocks.begin(), blocks.end(), std::byte{0});
         detail::peer_group_header{static_cast<std::uint32_t>(n), flags, !failure.empty()}.write(mine.data());
@@ -290,12 +295,14 @@ public:
             }
         });
         for (std::size_t r = 0; r < n && !peer_failed; ++r) {
-            if (r == me) continue;
-            attempt("connecting to rank " + std::to_string(r), [&] {
-                auto const at = std::span<std::byte const>{theirs}.subspan(r * endpoint_bytes, endpoint_bytes);
-                qps_[r]->connect(port, endpoint::from_bytes(at), opt.settings);
-            });
-            if (opt.with_ud)
+            if (qps_[r]) // with loopback, this rank's own QP gets its own endpoint back from the alltoall
+                attempt(
+                    r == me ? std::string{"connecting its QP to itself"} : "connecting to rank " + std::to_string(r),
+                    [&] {
+                        auto const at = std::span<std::byte const>{theirs}.subspan(r * endpoint_bytes, endpoint_bytes);
+                        qps_[r]->connect(port, endpoint::from_bytes(at), opt.settings);
+                    });
+            if (opt.with_ud && r != me)
                 attempt("making the address handle of rank " + std::to_string(r), [&] {
                     ud_remotes_.resize(n);
                     ahs_.resize(n);
@@ -329,11 +336,20 @@ public:
     /// The number of ranks.
     [[nodiscard]] int size() const noexcept { return size_; }
 
-    /// The RC QP connected to `peer`.
-    /// @throws argument_error when `peer` is this rank or not in [0, size()).
+    /// The RC QP connected to `peer`; for `peer == rank()`, with `peer_group_options::loopback`,
+    /// the QP connected to itself.
+    /// @throws argument_error when `peer` is not in [0, size()), or is this rank in a group made
+    ///         without loopback.
     [[nodiscard]] rc_queue_pair& qp(int peer) {
-        check_peer(peer, "qp");
+        if (peer == rank_ && !has_loopback()) [[unlikely]]
+            detail::throw_argument("peer_group::qp: rank " + std::to_string(peer) +
+                                   " is this rank; a QP to itself needs peer_group_options::loopback");
+        if (peer != rank_) check_peer(peer, "qp");
         return *qps_[static_cast<std::size_t>(peer)];
+    }
+    /// True when the group was built with `loopback`: `qp(rank())` exists.
+    [[nodiscard]] bool has_loopback() const noexcept {
+        return rank_ < static_cast<int>(qps_.size()) && qps_[static_cast<std::size_t>(rank_)].has_value();
     }
     /// The span rank `r` exposed (this rank's own for `r == rank()`; empty where a rank exposed
     /// none).
