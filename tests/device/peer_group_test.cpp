@@ -290,3 +290,63 @@ TEST_CASE("peer_group: qp(rank()) without loopback is refused, naming the option
     for (auto const& s : said)
         CHECK(s.find("needs peer_group_options::loopback") != std::string::npos);
 }
+
+TEST_CASE("peer_group over threads: several exposed spans per rank, in the one exchange") {
+    using namespace pg_test;
+    int const n = 3;
+    std::size_t const k = 3, bytes = 1024;
+    rx::thread_world world{n, std::chrono::seconds{120}};
+    std::vector<std::size_t> bad(n), received(n);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        int const me = boot.rank();
+        auto const m = static_cast<std::size_t>(me);
+        rank_resources res(n, bytes);
+        // Three regions, each with one slot per rank.
+        std::vector<test::buffer> regions;
+        std::vector<rx::remote_span<std::byte>> spans;
+        regions.reserve(k);
+        for (std::size_t i = 0; i < k; ++i) {
+            regions.emplace_back(res.pd, bytes * n);
+            spans.push_back(regions.back().mr.remote());
+        }
+        rx::peer_group_options opt;
+        opt.settings.remote_access = rx::access::remote_write;
+        test::counting_bootstrap<rx::thread_bootstrap> counted{boot};
+        rx::peer_group<rx::busy_poll> group{counted, res.port, res.pd, res.cq, res.cq, rx::exposed_spans{spans}, opt};
+        received[m] = counted.received;
+        if (group.spans_per_rank() != k || group.remote(me, 2) != spans[2])
+            throw std::runtime_error("this rank's own spans are not as exposed");
+        bool refused = false;
+        try {
+            (void)group.remote(me, k);
+        } catch (rx::argument_error const&) {
+            refused = true;
+        }
+        if (!refused) throw std::runtime_error("remote(r, spans_per_rank()) was not refused");
+        // Every rank writes its slot of every span of every other rank, a pattern per span.
+        for (int r = 0; r < n; ++r) {
+            if (r == me) continue;
+            for (std::size_t i = 0; i < k; ++i) {
+                for (std::size_t b = 0; b < bytes; ++b)
+                    res.out(r)[b] = pattern(me, r, b + i);
+                group.qp(r).post(rx::write{res.out(r), group.remote(r, i).subspan(m * bytes, bytes)}.id(i));
+                (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+            }
+        }
+        boot.barrier();
+        for (int from = 0; from < n; ++from) {
+            if (from == me) continue;
+            for (std::size_t i = 0; i < k; ++i) {
+                auto const slot = regions[i].span().subspan(static_cast<std::size_t>(from) * bytes, bytes);
+                for (std::size_t b = 0; b < bytes; ++b)
+                    bad[m] += slot[b] != pattern(from, me, b + i) ? 1U : 0U;
+            }
+        }
+        boot.barrier();
+    });
+    require_all_returned(errors);
+    for (std::size_t r = 0; r < n; ++r) {
+        CHECK(bad[r] == 0);
+        CHECK(received[r] == n * (16 + 32 * k) + n * 32 + n * 8); // k spans in each rank's record
+    }
+}

@@ -2,7 +2,7 @@
 /// @file
 /// `peer_group<Completion>`: every rank of a bootstrap connected to every other by an RC QP
 /// (and, when asked, reachable through one UD QP and an address handle per peer), with each
-/// rank's exposed `remote_span` known to all. Engine-free: it takes any `bootstrap`.
+/// rank's exposed `remote_span`s known to all. Engine-free: it takes any `bootstrap`.
 
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/bootstrap/bootstrap.hpp"
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -113,6 +114,36 @@ private:
     std::exception_ptr local_;
 };
 
+/// The spans of registered memory a rank exposes to its group: none (the default: peers see an
+/// empty span), one (a `remote_span<std::byte>` converts to it), or several, indexed from 0
+/// (`{a, b, c}`, or a `std::span` of them), all in the group's one exchange. Every rank of a
+/// group exposes the same number of spans (1 … 65,535); `peer_group::remote(r, i)` is rank r's
+/// span i. A value type.
+class exposed_spans {
+public:
+    /// None: each peer sees one empty span.
+    exposed_spans() : spans_(1) {}
+    /// One span, `remote(r)` to the peers.
+    exposed_spans(remote_span<std::byte> one)
+        : spans_{one} {} // NOLINT(google-explicit-constructor): one span reads as one
+    /// Several spans, `remote(r, 0)` … in this order (an empty list is as none).
+    exposed_spans(std::initializer_list<remote_span<std::byte>> several)
+        : exposed_spans(std::span<remote_span<std::byte> const>{several.begin(), several.size()}) {}
+    /// Several spans, `remote(r, 0)` … in this order (an empty span is as none).
+    /// @throws argument_error for more than 65,535 spans.
+    explicit exposed_spans(std::span<remote_span<std::byte> const> several) : spans_(several.begin(), several.end()) {
+        if (spans_.empty()) spans_.resize(1);
+        if (spans_.size() > 0xffffU) [[unlikely]]
+            detail::throw_argument("peer_group: " + std::to_string(spans_.size()) +
+                                   " exposed spans; a rank exposes at most 65535");
+    }
+    /// The spans (at least one).
+    [[nodiscard]] std::span<remote_span<std::byte> const> spans() const noexcept { return spans_; }
+
+private:
+    std::vector<remote_span<std::byte>> spans_;
+};
+
 namespace detail {
 /// The record every rank sends every rank (an allgather) when a peer group is made:
 ///
@@ -121,11 +152,11 @@ namespace detail {
 /// | 0 | 4 | magic `"RXPG"` |
 /// | 4 | 1 | version, 1 |
 /// | 5 | 1 | status: 0 ready, 1 failed (the reason follows in the status round) |
-/// | 6 | 2 | reserved, 0 |
+/// | 6 | 2 | k, the number of exposed spans (at least 1) |
 /// | 8 | 4 | group size |
 /// | 12 | 4 | flags: bit 0 with UD |
-/// | 16 | 32 | the exposed `remote_span` |
-/// | 48 | 32 | the UD QP's `endpoint` (with UD only) |
+/// | 16 | 32 k | the exposed `remote_span`s |
+/// | 16 + 32 k | 32 | the UD QP's `endpoint` (with UD only) |
 ///
 /// Beside it, each rank sends each rank r only the `endpoint` of its RC QP for r (an alltoall,
 /// 32 bytes per rank), and after connecting a status record (an allgather, 8 bytes: magic
@@ -137,20 +168,23 @@ struct peer_group_header {
     std::uint32_t size = 0;
     std::uint32_t flags = 0;
     bool failed = false;
+    std::size_t spans = 1;
 
     void write(std::byte* out) const noexcept {
         wire::put_header(out, magic);
         wire::put<1>(out + 5, failed ? 1U : 0U);
+        wire::put<2>(out + 6, spans);
         wire::put<4>(out + 8, size);
         wire::put<4>(out + 12, flags);
     }
     static peer_group_header read(std::span<std::byte const> in) {
         if (std::string why = wire::header_fault(in, bytes, magic, "a peer group's record"); !why.empty()) [[unlikely]]
             throw_argument(std::move(why));
-        if (wire::get<1>(in.data() + 5) > 1 || wire::get<2>(in.data() + 6) != 0) [[unlikely]]
+        if (wire::get<1>(in.data() + 5) > 1) [[unlikely]]
             throw_argument(wire::reserved_fault("a peer group's record", "the status"));
         return {static_cast<std::uint32_t>(wire::get<4>(in.data() + 8)),
-                static_cast<std::uint32_t>(wire::get<4>(in.data() + 12)), wire::get<1>(in.data() + 5) == 1};
+                static_cast<std::uint32_t>(wire::get<4>(in.data() + 12)), wire::get<1>(in.data() + 5) == 1,
+                static_cast<std::size_t>(wire::get<2>(in.data() + 6))};
     }
 };
 
@@ -219,7 +253,7 @@ public:
     /// The UD QP type.
     using ud_queue_pair = queue_pair<ud, Completion>;
 
-    /// Creates one RC QP per other rank (and one UD QP), exchanges `exposed` and the UD endpoint
+    /// Creates one RC QP per other rank (and one UD QP), exchanges the `exposed` spans and the UD endpoint
     /// by `boot.allgather` and each RC QP's endpoint with the rank it is for by `boot.alltoall`,
     /// connects every RC QP, then agrees with every rank on the outcome by `boot.allgather`; on
     /// `port`, in `pd`, with completions to `send_cq` and `recv_cq` (they may be the same CQ, and
@@ -231,9 +265,9 @@ public:
     ///         throws (the group cannot agree then).
     template <bootstrap Bootstrap>
     peer_group(Bootstrap& boot, end_port const& port, protection_domain& pd, completion_queue<Completion>& send_cq,
-               completion_queue<Completion>& recv_cq, remote_span<std::byte> exposed = {},
+               completion_queue<Completion>& recv_cq, exposed_spans const& exposed = {},
                peer_group_options const& opt = {})
-        : rank_(static_cast<int>(boot.rank())), size_(static_cast<int>(boot.size())) {
+        : rank_(static_cast<int>(boot.rank())), size_(static_cast<int>(boot.size())), spans_(exposed.spans().size()) {
         if (size_ < 1 || rank_ < 0 || rank_ >= size_) [[unlikely]]
             detail::throw_argument("peer_group: the bootstrap says rank " + std::to_string(rank_) + " of " +
                                    std::to_string(size_));
@@ -253,7 +287,8 @@ public:
         };
 
         // This rank's record for every rank, and its endpoint for each rank (zeros for itself).
-        std::size_t const record = record_bytes(opt.with_ud);
+        std::size_t const record = record_bytes(spans_, opt.with_ud);
+        std::size_t const ud_at = detail::peer_group_header::bytes + spans_ * span_bytes;
         std::vector<std::byte> mine(record), blocks(n * endpoint_bytes);
         attempt("creating its QPs", [&] {
             qps_.resize(n);
@@ -262,15 +297,15 @@ public:
             if (opt.with_ud) {
                 ud_qp_.emplace(pd, send_cq, recv_cq, opt.caps);
                 ud_qp_->activate(port, opt.settings);
-                put(mine.data() + detail::peer_group_header::bytes + span_bytes,
-                    ud_qp_->local_endpoint(port).to_bytes());
+                put(mine.data() + ud_at, ud_qp_->local_endpoint(port).to_bytes());
             }
-            put(mine.data() + detail::peer_group_header::bytes, exposed.to_bytes());
+            for (std::size_t i = 0; i < spans_; ++i)
+                put(mine.data() + detail::peer_group_header::bytes + i * span_bytes, exposed.spans()[i].to_bytes());
             for (std::size_t r = 0; r < n; ++r)
                 if (qps_[r]) put(blocks.data() + r * endpoint_bytes, qps_[r]->local_endpoint(port).to_bytes());
         });
         if (!failure.empty()) std::fill(blocks.begin(), blocks.end(), std::byte{0});
-        detail::peer_group_header{static_cast<std::uint32_t>(n), flags, !failure.empty()}.write(mine.data());
+        detail::peer_group_header{static_cast<std::uint32_t>(n), flags, !failure.empty(), spans_}.write(mine.data());
 
         std::vector<std::byte> all(record * n), theirs(n * endpoint_bytes);
         boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
@@ -278,7 +313,7 @@ public:
 
         bool peer_failed = false; // a rank said it failed: connecting is pointless, the group fails
         attempt("reading the peers' records", [&] {
-            remotes_.resize(n);
+            remotes_.resize(n * spans_);
             for (std::size_t r = 0; r < n; ++r) {
                 auto const at = std::span<std::byte const>{all}.subspan(r * record, record);
                 auto const header = detail::peer_group_header::read(at);
@@ -286,12 +321,15 @@ public:
                     peer_failed = true;
                     continue;
                 }
-                if (header.size != n || header.flags != flags) [[unlikely]]
-                    detail::throw_argument("rank " + std::to_string(r) + " built its group for " +
-                                           std::to_string(header.size) + " ranks" +
-                                           (header.flags != 0 ? " with UD" : " without UD") + ", this rank for " +
-                                           std::to_string(n) + (opt.with_ud ? " with UD" : " without UD"));
-                remotes_[r] = remote_span<std::byte>::from_bytes(at.subspan(detail::peer_group_header::bytes));
+                if (header.size != n || header.flags != flags || header.spans != spans_) [[unlikely]]
+                    detail::throw_argument(
+                        "rank " + std::to_string(r) + " built its group for " + std::to_string(header.size) + " ranks" +
+                        (header.flags != 0 ? " with UD, " : " without UD, ") + std::to_string(header.spans) +
+                        " exposed spans; this rank for " + std::to_string(n) +
+                        (opt.with_ud ? " with UD, " : " without UD, ") + std::to_string(spans_));
+                for (std::size_t i = 0; i < spans_; ++i)
+                    remotes_[r * spans_ + i] = remote_span<std::byte>::from_bytes(
+                        at.subspan(detail::peer_group_header::bytes + i * span_bytes));
             }
         });
         for (std::size_t r = 0; r < n && !peer_failed; ++r) {
@@ -306,8 +344,7 @@ public:
                 attempt("making the address handle of rank " + std::to_string(r), [&] {
                     ud_remotes_.resize(n);
                     ahs_.resize(n);
-                    auto const at = std::span<std::byte const>{all}.subspan(
-                        r * record + detail::peer_group_header::bytes + span_bytes, endpoint_bytes);
+                    auto const at = std::span<std::byte const>{all}.subspan(r * record + ud_at, endpoint_bytes);
                     endpoint const ud_remote = endpoint::from_bytes(at);
                     ud_remotes_[r] = ud_remote.qpn;
                     ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid,
@@ -351,15 +388,18 @@ public:
     [[nodiscard]] bool has_loopback() const noexcept {
         return rank_ < static_cast<int>(qps_.size()) && qps_[static_cast<std::size_t>(rank_)].has_value();
     }
-    /// The span rank `r` exposed (this rank's own for `r == rank()`; empty where a rank exposed
-    /// none).
-    /// @throws argument_error when `r` is not in [0, size()).
-    [[nodiscard]] remote_span<std::byte> remote(int r) const {
-        if (r < 0 || r >= size_) [[unlikely]]
-            detail::throw_argument("peer_group::remote: rank " + std::to_string(r) + " is not in [0, " +
-                                   std::to_string(size_) + ")");
-        return remotes_[static_cast<std::size_t>(r)];
+    /// The span `i` rank `r` exposed (this rank's own for `r == rank()`; empty where a rank
+    /// exposed none).
+    /// @throws argument_error when `r` is not in [0, size()) or `i` not in [0, spans_per_rank()).
+    [[nodiscard]] remote_span<std::byte> remote(int r, std::size_t i = 0) const {
+        if (r < 0 || r >= size_ || i >= spans_) [[unlikely]]
+            detail::throw_argument("peer_group::remote: rank " + std::to_string(r) + " span " + std::to_string(i) +
+                                   " is not in [0, " + std::to_string(size_) + ") × [0, " + std::to_string(spans_) +
+                                   ")");
+        return remotes_[static_cast<std::size_t>(r) * spans_ + i];
     }
+    /// How many spans each rank exposed (at least 1).
+    [[nodiscard]] std::size_t spans_per_rank() const noexcept { return spans_; }
 
     /// True when the group was built `with_ud`.
     [[nodiscard]] bool has_ud() const noexcept { return ud_qp_.has_value(); }
@@ -388,8 +428,8 @@ private:
     static constexpr std::size_t endpoint_bytes = endpoint::wire_size;
     static constexpr std::size_t span_bytes = remote_span<std::byte>::wire_size;
 
-    static constexpr std::size_t record_bytes(bool with_ud) noexcept {
-        return detail::peer_group_header::bytes + span_bytes + (with_ud ? endpoint_bytes : 0);
+    static constexpr std::size_t record_bytes(std::size_t spans, bool with_ud) noexcept {
+        return detail::peer_group_header::bytes + spans * span_bytes + (with_ud ? endpoint_bytes : 0);
     }
 
     // The status round: every rank says whether it failed; when any did, every rank sends its
@@ -439,6 +479,7 @@ private:
 
     int rank_;
     int size_;
+    std::size_t spans_; // exposed by each rank
     std::vector<std::optional<rc_queue_pair>> qps_;
     std::vector<remote_span<std::byte>> remotes_;
     std::optional<ud_queue_pair> ud_qp_;
