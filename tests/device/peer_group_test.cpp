@@ -21,9 +21,12 @@
 namespace pg_test {
 namespace rx = rdmacxx;
 
-// What each rank receives while a group is made (docs/multi-node.md): n records of 48 bytes (80
-// with UD) by allgather, one 32-byte endpoint from each rank by alltoall, n 8-byte statuses.
-constexpr std::size_t bytes_per_rank(std::size_t n, bool with_ud) { return n * (with_ud ? 80 : 48) + n * 32 + n * 8; }
+// What each rank receives while a group is made (docs/multi-node.md): n 16-byte headers and n
+// records of 32 bytes (64 with UD) by allgather, one 32-byte endpoint from each rank by alltoall,
+// n 8-byte statuses.
+constexpr std::size_t bytes_per_rank(std::size_t n, bool with_ud) {
+    return n * 16 + n * (with_ud ? 64 : 32) + n * 32 + n * 8;
+}
 
 std::byte pattern(int from, int to, std::size_t k) {
     return static_cast<std::byte>((k * 29 + static_cast<std::size_t>(from) * 11 + static_cast<std::size_t>(to) * 3) &
@@ -149,6 +152,11 @@ TEST_CASE("peer_group over threads: all or nothing, every rank throws the same p
         sabotage = [](int me, rx::peer_group_options& opt, auto&) {
             if (me == 1 || me == 3) opt.caps.max_send_wr = 1U << 30;
         };
+    }
+    SUBCASE("rank 2 builds its group with UD, the others without") {
+        failing = {2};
+        stage = "comparing its options with rank 0's";
+        sabotage = [](int me, rx::peer_group_options& opt, auto&) { opt.with_ud = me == 2; };
     }
     SUBCASE("rank 2 receives a corrupt endpoint from rank 0 and cannot connect to it") {
         failing = {2};
@@ -347,6 +355,6 @@ TEST_CASE("peer_group over threads: several exposed spans per rank, in the one e
     require_all_returned(errors);
     for (std::size_t r = 0; r < n; ++r) {
         CHECK(bad[r] == 0);
-        CHECK(received[r] == n * (16 + 32 * k) + n * 32 + n * 8); // k spans in each rank's record
+        CHECK(received[r] == n * (16 + 32 * k) + n * 32 + n * 8); // headers, then k spans in each record
     }
 }

@@ -273,10 +273,10 @@ TEST_CASE("peer_group: each rank receives O(n) bytes while the group is made (co
     auto const start = std::chrono::steady_clock::now();
     rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote()};
     auto const took = std::chrono::steady_clock::now() - start;
-    // n records of 48 bytes (allgather), one 32-byte endpoint per rank (alltoall), n 8-byte
-    // statuses (allgather): see docs/multi-node.md.
-    CHECK(boot.received == n * (48 + 32 + 8));
-    CHECK(boot.collectives == 3);
+    // n 16-byte headers and n 32-byte records (allgathers), one 32-byte endpoint per rank
+    // (alltoall), n 8-byte statuses (allgather): see docs/multi-node.md.
+    CHECK(boot.received == n * (16 + 32 + 32 + 8));
+    CHECK(boot.collectives == 4);
     if (mpi.rank() == 0)
         MESSAGE(n << " ranks: " << boot.received << " bytes received per rank; the group came up in "
                   << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms on rank 0");
@@ -286,7 +286,7 @@ TEST_CASE("peer_group: each rank receives O(n) bytes while the group is made (co
 // Makes a group in which `sabotage` breaks one rank's part; every rank must throw the same
 // peer_group_error naming `failed` with a reason starting with `stage`, within `bound`.
 template <class Sabotage>
-void all_or_nothing(int failed, std::string const& stage, Sabotage sabotage) {
+void all_or_nothing(int failed, std::string const& stage, Sabotage sabotage, int spans_on_failed = 1) {
     rx::mpi_bootstrap mpi;
     REQUIRE(mpi.size() >= 3);
     int const me = mpi.rank();
@@ -294,11 +294,13 @@ void all_or_nothing(int failed, std::string const& stage, Sabotage sabotage) {
     rank_resources<rx::busy_poll> res(mpi.size(), 64);
     rx::peer_group_options opt;
     sabotage(me, opt, boot);
+    std::vector<rx::remote_span<std::byte>> spans(me == failed ? static_cast<std::size_t>(spans_on_failed) : 1U,
+                                                  res.inbox.mr.remote());
     auto const bound = std::chrono::seconds{60};
     auto const start = std::chrono::steady_clock::now();
     bool threw = false;
     try {
-        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, rx::exposed_spans{spans}, opt};
     } catch (rx::peer_group_error const& e) {
         threw = true;
         REQUIRE(e.failures().size() == 1);
@@ -328,6 +330,11 @@ TEST_CASE("peer_group all or nothing: rank 2 receives a corrupt endpoint and can
     all_or_nothing(2, "connecting to rank 0", [](int me, rx::peer_group_options&, auto& boot) {
         if (me == 2) boot.tamper = test::corrupt_endpoint_from(0);
     });
+}
+
+TEST_CASE("peer_group all or nothing: rank 1 exposes two spans where the others expose one, every rank throws") {
+    all_or_nothing(
+        1, "comparing its options with rank 0's", [](int, rx::peer_group_options&, auto&) {}, 2);
 }
 
 TEST_CASE("peer_group with loopback: every rank, rank 0 included, adds to rank 0's counter through qp(0)") {

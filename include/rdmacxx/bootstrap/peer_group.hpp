@@ -145,7 +145,8 @@ private:
 };
 
 namespace detail {
-/// The record every rank sends every rank (an allgather) when a peer group is made:
+/// The header every rank sends every rank first (an allgather, 16 bytes whatever the options)
+/// when a peer group is made:
 ///
 /// | offset | bytes | field |
 /// |---|---|---|
@@ -155,13 +156,13 @@ namespace detail {
 /// | 6 | 2 | k, the number of exposed spans (at least 1) |
 /// | 8 | 4 | group size |
 /// | 12 | 4 | flags: bit 0 with UD |
-/// | 16 | 32 k | the exposed `remote_span`s |
-/// | 16 + 32 k | 32 | the UD QP's `endpoint` (with UD only) |
 ///
-/// Beside it, each rank sends each rank r only the `endpoint` of its RC QP for r (an alltoall,
-/// 32 bytes per rank), and after connecting a status record (an allgather, 8 bytes: magic
-/// `"RXPS"`, version, status, 2 reserved); when any rank failed, a reason record follows (an
-/// allgather, 256 bytes: magic `"RXPF"`, version, reserved, 2-byte length, 248 bytes of text).
+/// Only when every header was read, says ready and matches every other: each rank's record (an
+/// allgather: its k `remote_span`s, 32 bytes each, then its UD QP's `endpoint`, 32 bytes, with UD
+/// only) and each rank's endpoint for each rank r, to r only (an alltoall, 32 bytes per rank).
+/// Last, always, a status record (an allgather, 8 bytes: magic `"RXPS"`, version, status, 2
+/// reserved); when any rank failed, a reason record follows (an allgather, 256 bytes: magic
+/// `"RXPF"`, version, reserved, 2-byte length, 248 bytes of text).
 struct peer_group_header {
     static constexpr std::array<char, 4> magic{'R', 'X', 'P', 'G'};
     static constexpr std::size_t bytes = 16;
@@ -233,9 +234,12 @@ struct peer_group_status {
 /// `peer_group_error` naming the ranks that failed and why. A rank must post its receives before
 /// a peer sends to it, so the usual order is: construct, post receives, `boot.barrier()`, send.
 ///
-/// What each rank receives, for n ranks (see docs/multi-node.md): n records of 48 bytes (80 with
-/// UD) by allgather, one 32-byte endpoint from each rank by alltoall, and n status records of
-/// 8 bytes by allgather: O(n) bytes per rank (plus n reasons of 256 bytes when a rank failed).
+/// What each rank receives, for n ranks exposing k spans each (see docs/multi-node.md): n
+/// headers of 16 bytes and n records of 32 k bytes (+ 32 with UD) by allgather, one 32-byte
+/// endpoint from each rank by alltoall, and n status records of 8 bytes by allgather: O(n) bytes
+/// per rank (plus n reasons of 256 bytes when a rank failed). Ranks built with other options
+/// (size, UD, number of spans) are told apart by the headers, before any exchange whose size
+/// depends on them, and fail the group like any other failure.
 ///
 /// The group's QPs and address handles are made in `pd` and on the CQs and `port`'s context,
 /// which must outlive it (the device refuses to free them while its QPs exist); they may move
@@ -253,15 +257,16 @@ public:
     /// The UD QP type.
     using ud_queue_pair = queue_pair<ud, Completion>;
 
-    /// Creates one RC QP per other rank (and one UD QP), exchanges the `exposed` spans and the UD endpoint
-    /// by `boot.allgather` and each RC QP's endpoint with the rank it is for by `boot.alltoall`,
+    /// Creates one RC QP per other rank (and one UD QP), exchanges headers, then the `exposed` spans
+    /// and the UD endpoint by `boot.allgather` and each RC QP's endpoint with the rank it is for by
+    /// `boot.alltoall`,
     /// connects every RC QP, then agrees with every rank on the outcome by `boot.allgather`; on
     /// `port`, in `pd`, with completions to `send_cq` and `recv_cq` (they may be the same CQ, and
     /// must hold the completions of all the group's QPs).
-    /// @throws peer_group_error on every rank when any rank failed to create its QPs, to read a
-    ///         peer's record (built with other options, another rdmacxx version, or corrupt), to
-    ///         connect or to make an address handle; argument_error (on this rank only, before any
-    ///         exchange) when the bootstrap's rank or size is out of range; whatever the bootstrap
+    /// @throws peer_group_error on every rank when any rank failed to create its QPs, was built
+    ///         with options other than rank 0's, could not read a peer's header or spans (another
+    ///         rdmacxx version, or corrupt), to connect or to make an address handle; argument_error (on this rank
+    ///         only, before any exchange) when the bootstrap's rank or size is out of range; whatever the bootstrap
     ///         throws (the group cannot agree then).
     template <bootstrap Bootstrap>
     peer_group(Bootstrap& boot, end_port const& port, protection_domain& pd, completion_queue<Completion>& send_cq,
@@ -286,10 +291,12 @@ public:
             }
         };
 
-        // This rank's record for every rank, and its endpoint for each rank (zeros for itself).
+        // This rank's header, its record (its spans and UD endpoint) for every rank, and its
+        // endpoint for each rank (zeros for itself unless with loopback).
+        std::size_t const header_bytes = detail::peer_group_header::bytes;
         std::size_t const record = record_bytes(spans_, opt.with_ud);
-        std::size_t const ud_at = detail::peer_group_header::bytes + spans_ * span_bytes;
-        std::vector<std::byte> mine(record), blocks(n * endpoint_bytes);
+        std::size_t const ud_at = spans_ * span_bytes;
+        std::vector<std::byte> head(header_bytes), mine(record), blocks(n * endpoint_bytes);
         attempt("creating its QPs", [&] {
             qps_.resize(n);
             for (std::size_t r = 0; r < n; ++r)
@@ -300,59 +307,71 @@ public:
                 put(mine.data() + ud_at, ud_qp_->local_endpoint(port).to_bytes());
             }
             for (std::size_t i = 0; i < spans_; ++i)
-                put(mine.data() + detail::peer_group_header::bytes + i * span_bytes, exposed.spans()[i].to_bytes());
+                put(mine.data() + i * span_bytes, exposed.spans()[i].to_bytes());
             for (std::size_t r = 0; r < n; ++r)
                 if (qps_[r]) put(blocks.data() + r * endpoint_bytes, qps_[r]->local_endpoint(port).to_bytes());
         });
-        if (!failure.empty()) std::fill(blocks.begin(), blocks.end(), std::byte{0});
-        detail::peer_group_header{static_cast<std::uint32_t>(n), flags, !failure.empty(), spans_}.write(mine.data());
+        detail::peer_group_header const own{static_cast<std::uint32_t>(n), flags, !failure.empty(), spans_};
+        own.write(head.data());
 
-        std::vector<std::byte> all(record * n), theirs(n * endpoint_bytes);
-        boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
-        boot.alltoall(std::span<std::byte const>{blocks}, std::span<std::byte>{theirs});
-
-        bool peer_failed = false; // a rank said it failed: connecting is pointless, the group fails
-        attempt("reading the peers' records", [&] {
-            remotes_.resize(n * spans_);
-            for (std::size_t r = 0; r < n; ++r) {
-                auto const at = std::span<std::byte const>{all}.subspan(r * record, record);
-                auto const header = detail::peer_group_header::read(at);
-                if (header.failed) {
-                    peer_failed = true;
-                    continue;
-                }
-                if (header.size != n || header.flags != flags || header.spans != spans_) [[unlikely]]
-                    detail::throw_argument(
-                        "rank " + std::to_string(r) + " built its group for " + std::to_string(header.size) + " ranks" +
-                        (header.flags != 0 ? " with UD, " : " without UD, ") + std::to_string(header.spans) +
-                        " exposed spans; this rank for " + std::to_string(n) +
-                        (opt.with_ud ? " with UD, " : " without UD, ") + std::to_string(spans_));
-                for (std::size_t i = 0; i < spans_; ++i)
-                    remotes_[r * spans_ + i] = remote_span<std::byte>::from_bytes(
-                        at.subspan(detail::peer_group_header::bytes + i * span_bytes));
+        // Every rank's header first (fixed size whatever the options): every rank sees the same
+        // headers, so all decide alike whether to go on to the exchanges whose sizes depend on
+        // the options. Rank 0's header is the reference; a rank built otherwise is the one failed.
+        std::vector<std::byte> heads(header_bytes * n);
+        boot.allgather(std::span<std::byte const>{head}, std::span<std::byte>{heads});
+        bool go_on = true;
+        for (std::size_t r = 0; r < n; ++r) {
+            std::string why;
+            std::optional<detail::peer_group_header> h;
+            try {
+                h = detail::peer_group_header::read(std::span<std::byte const>{heads}.subspan(r * header_bytes));
+            } catch (error const& e) {
+                why = e.what();
             }
-        });
-        for (std::size_t r = 0; r < n && !peer_failed; ++r) {
-            if (qps_[r]) // with loopback, this rank's own QP gets its own endpoint back from the alltoall
-                attempt(
-                    r == me ? std::string{"connecting its QP to itself"} : "connecting to rank " + std::to_string(r),
-                    [&] {
-                        auto const at = std::span<std::byte const>{theirs}.subspan(r * endpoint_bytes, endpoint_bytes);
-                        qps_[r]->connect(port, endpoint::from_bytes(at), opt.settings);
-                    });
-            if (opt.with_ud && r != me)
-                attempt("making the address handle of rank " + std::to_string(r), [&] {
-                    ud_remotes_.resize(n);
-                    ahs_.resize(n);
-                    auto const at = std::span<std::byte const>{all}.subspan(r * record + ud_at, endpoint_bytes);
-                    endpoint const ud_remote = endpoint::from_bytes(at);
-                    ud_remotes_[r] = ud_remote.qpn;
-                    ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid,
-                                    address_qos{.service_level = opt.settings.service_level.value_or(0),
-                                                .hop_limit = opt.settings.hop_limit.value_or(64),
-                                                .traffic_class = opt.settings.traffic_class.value_or(0),
-                                                .flow_label = opt.settings.flow_label.value_or(0)});
+            go_on = go_on && h && !h->failed && h->size == n && h->flags == flags && h->spans == spans_;
+            if (r == 0 && h && !h->failed && (h->size != n || h->flags != flags || h->spans != spans_))
+                attempt("comparing its options with rank 0's", [&] {
+                    detail::throw_argument("this rank built its group for " + describe(n, flags, spans_) +
+                                           ", rank 0 for " + describe(h->size, h->flags, h->spans));
                 });
+            if (!why.empty())
+                attempt("reading rank " + std::to_string(r) + "'s header", [&] { throw argument_error(why); });
+        }
+
+        if (go_on) {
+            std::vector<std::byte> all(record * n), theirs(n * endpoint_bytes);
+            boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
+            boot.alltoall(std::span<std::byte const>{blocks}, std::span<std::byte>{theirs});
+            attempt("reading the peers' spans", [&] {
+                remotes_.resize(n * spans_);
+                for (std::size_t r = 0; r < n; ++r)
+                    for (std::size_t i = 0; i < spans_; ++i)
+                        remotes_[r * spans_ + i] = remote_span<std::byte>::from_bytes(
+                            std::span<std::byte const>{all}.subspan(r * record + i * span_bytes));
+            });
+            for (std::size_t r = 0; r < n; ++r) {
+                if (qps_[r]) // with loopback, this rank's own QP gets its own endpoint back from the alltoall
+                    attempt(r == me ? std::string{"connecting its QP to itself"}
+                                    : "connecting to rank " + std::to_string(r),
+                            [&] {
+                                auto const at =
+                                    std::span<std::byte const>{theirs}.subspan(r * endpoint_bytes, endpoint_bytes);
+                                qps_[r]->connect(port, endpoint::from_bytes(at), opt.settings);
+                            });
+                if (opt.with_ud && r != me)
+                    attempt("making the address handle of rank " + std::to_string(r), [&] {
+                        ud_remotes_.resize(n);
+                        ahs_.resize(n);
+                        auto const at = std::span<std::byte const>{all}.subspan(r * record + ud_at, endpoint_bytes);
+                        endpoint const ud_remote = endpoint::from_bytes(at);
+                        ud_remotes_[r] = ud_remote.qpn;
+                        ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid,
+                                        address_qos{.service_level = opt.settings.service_level.value_or(0),
+                                                    .hop_limit = opt.settings.hop_limit.value_or(64),
+                                                    .traffic_class = opt.settings.traffic_class.value_or(0),
+                                                    .flow_label = opt.settings.flow_label.value_or(0)});
+                    });
+            }
         }
         agree(boot, failure, std::move(local));
         qkey_ = opt.settings.qkey;
@@ -429,7 +448,11 @@ private:
     static constexpr std::size_t span_bytes = remote_span<std::byte>::wire_size;
 
     static constexpr std::size_t record_bytes(std::size_t spans, bool with_ud) noexcept {
-        return detail::peer_group_header::bytes + spans * span_bytes + (with_ud ? endpoint_bytes : 0);
+        return spans * span_bytes + (with_ud ? endpoint_bytes : 0);
+    }
+    static std::string describe(std::size_t n, std::uint32_t flags, std::size_t spans) {
+        return std::to_string(n) + " ranks, " + ((flags & 1U) != 0 ? "with" : "without") + " UD, " +
+               std::to_string(spans) + " exposed span" + (spans == 1 ? "" : "s");
     }
 
     // The status round: every rank says whether it failed; when any did, every rank sends its
