@@ -355,6 +355,6 @@ TEST_CASE("peer_group over threads: several exposed spans per rank, in the one e
     require_all_returned(errors);
     for (std::size_t r = 0; r < n; ++r) {
         CHECK(bad[r] == 0);
-        CHECK(received[r] == n * (16 + 32 * k) + n * 32 + n * 8); // headers, then k spans in each record
+        CHECK(received[r] == std::size_t{n} * (16 + 32 * k + 32 + 8)); // headers, then k spans in each record
     }
 }

@@ -19,6 +19,7 @@ namespace rx = rdmacxx;
 std::vector<std::exception_ptr> run_ranks(rx::thread_world& world, std::function<void(rx::thread_bootstrap&)> body) {
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world.size()));
     std::vector<std::thread> threads;
+    threads.reserve(errors.size());
     for (int r = 0; r < world.size(); ++r)
         threads.emplace_back([&, r, boot = world.bootstrap(r)]() mutable {
             try {
@@ -36,12 +37,12 @@ std::byte b(std::size_t v) { return static_cast<std::byte>(v & 0xff); }
 } // namespace
 
 TEST_CASE("thread_bootstrap: allgather in rank order, alltoall by column, barrier, repeated") {
-    int const n = 7;
-    rx::thread_world world{n, std::chrono::seconds{20}};
+    constexpr std::size_t n = 7;
+    rx::thread_world world{static_cast<int>(n), std::chrono::seconds{20}};
     std::vector<std::vector<std::byte>> gathered(n), received(n);
     auto errors = run_ranks(world, [&](rx::thread_bootstrap& boot) {
         auto const me = static_cast<std::size_t>(boot.rank());
-        REQUIRE(boot.size() == n);
+        REQUIRE(boot.size() == static_cast<int>(n));
         for (int round = 0; round < 3; ++round) { // rounds in a row reuse nothing of each other
             std::array<std::byte, 3> mine{b(0xab), b(me), b(static_cast<std::size_t>(round))};
             std::vector<std::byte> all(3 * n);
