@@ -70,6 +70,26 @@ TEST_CASE("mpi_bootstrap: rank, size, allgather in rank order, barrier") {
     boot.barrier();
 }
 
+TEST_CASE("mpi_bootstrap: alltoall delivers each rank the block every rank meant for it") {
+    rx::mpi_bootstrap boot;
+    auto const n = static_cast<std::size_t>(boot.size());
+    auto const me = static_cast<std::size_t>(boot.rank());
+    std::vector<std::byte> blocks(2 * n), column(2 * n);
+    for (std::size_t to = 0; to < n; ++to) {
+        blocks[2 * to] = static_cast<std::byte>(me);
+        blocks[2 * to + 1] = static_cast<std::byte>(to + 16 * me);
+    }
+    boot.alltoall(blocks, column);
+    for (std::size_t from = 0; from < n; ++from) {
+        CHECK(column[2 * from] == static_cast<std::byte>(from));
+        CHECK(column[2 * from + 1] == static_cast<std::byte>(me + 16 * from));
+    }
+    std::vector<std::byte> odd(2 * n + 1), shorter(2 * n - 1);
+    CHECK_THROWS_AS(boot.alltoall(odd, odd), rx::argument_error); // refused before MPI sees it
+    CHECK_THROWS_AS(boot.alltoall(blocks, shorter), rx::argument_error);
+    boot.barrier();
+}
+
 TEST_CASE_TEMPLATE("peer_group: sends of several path MTUs between every pair of ranks", Completion, rx::busy_poll,
                    rx::event_driven) {
     rx::mpi_bootstrap boot;
