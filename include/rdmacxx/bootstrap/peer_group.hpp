@@ -58,7 +58,8 @@ struct peer_group_options {
 /// `what()` and `dump_detailed` give the summary on top and each failed rank's reason below it;
 /// `failures()` lists them; on a rank that failed itself, `local_error()` holds the original
 /// exception (a `sys_error`, `argument_error`, …), which `dump_detailed` at level 2 prints too.
-/// Its code is `std::errc::connection_aborted`.
+/// Its code is `std::errc::connection_aborted`. Thread-safety: as any exception object; copies
+/// share the list of failures.
 class peer_group_error : public error {
 public:
     /// One rank that failed, and why (its error's `what()`; a peer's reason is cut to
@@ -118,7 +119,7 @@ private:
 /// empty span), one (a `remote_span<std::byte>` converts to it), or several, indexed from 0
 /// (`{a, b, c}`, or a `std::span` of them), all in the group's one exchange. Every rank of a
 /// group exposes the same number of spans (1 … 65,535); `peer_group::remote(r, i)` is rank r's
-/// span i. A value type.
+/// span i. Thread-safety: a value type.
 class exposed_spans {
 public:
     /// None: each peer sees one empty span.
