@@ -6,6 +6,7 @@
 #include "rdmacxx/bootstrap/bootstrap.hpp"
 #include "rdmacxx/bootstrap/threads.hpp"
 #include "rdmacxx/endpoint.hpp"
+#include "rdmacxx/gid.hpp"
 
 #include <algorithm>
 #include <array>
@@ -59,6 +60,21 @@ inline std::function<void(char const*, std::span<std::byte>)> corrupt_endpoint_f
     return [from](char const* call, std::span<std::byte> out) {
         if (std::string_view{call} != "alltoall") return;
         out[static_cast<std::size_t>(from) * rdmacxx::endpoint::wire_size + 8] = std::byte{0x80}; // QPN's top byte
+    };
+}
+
+/// A `counting_bootstrap::tamper` that rewrites the endpoint received from rank `from` in the
+/// peer group's alltoall to GID :: (a valid encoding): the kernel finds no route to it, and
+/// ibv_modify_qp(3) refuses to move the QP to RTR (EINVAL).
+inline std::function<void(char const*, std::span<std::byte>)> unroutable_endpoint_from(int from) {
+    return [from](char const* call, std::span<std::byte> out) {
+        if (std::string_view{call} != "alltoall") return;
+        auto const block =
+            out.subspan(static_cast<std::size_t>(from) * rdmacxx::endpoint::wire_size, rdmacxx::endpoint::wire_size);
+        rdmacxx::endpoint e = rdmacxx::endpoint::from_bytes(block);
+        e.gid = rdmacxx::gid{};
+        auto const bytes = e.to_bytes();
+        std::copy(bytes.begin(), bytes.end(), block.begin());
     };
 }
 

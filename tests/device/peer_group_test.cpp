@@ -158,6 +158,13 @@ TEST_CASE("peer_group over threads: all or nothing, every rank throws the same p
         stage = "comparing its options with rank 0's";
         sabotage = [](int me, rx::peer_group_options& opt, auto&) { opt.with_ud = me == 2; };
     }
+    SUBCASE("rank 2 receives an endpoint with GID :: from rank 0, and ibv_modify_qp refuses it") {
+        failing = {2};
+        stage = "connecting to rank 0: Failed routing QP";
+        sabotage = [](int me, rx::peer_group_options&, test::counting_bootstrap<rx::thread_bootstrap>& counted) {
+            if (me == 2) counted.tamper = test::unroutable_endpoint_from(0);
+        };
+    }
     SUBCASE("rank 2 receives a corrupt endpoint from rank 0 and cannot connect to it") {
         failing = {2};
         stage = "connecting to rank 0";

@@ -346,9 +346,10 @@ TEST_CASE("peer_group all or nothing: rank 1 cannot create its QPs, every rank t
     });
 }
 
-TEST_CASE("peer_group all or nothing: rank 2 receives a corrupt endpoint and cannot connect, every rank throws") {
-    all_or_nothing(2, "connecting to rank 0", [](int me, rx::peer_group_options&, auto& boot) {
-        if (me == 2) boot.tamper = test::corrupt_endpoint_from(0);
+TEST_CASE("peer_group all or nothing: rank 2 receives an endpoint with GID :: and ibv_modify_qp refuses to connect "
+          "it, every rank throws") {
+    all_or_nothing(2, "connecting to rank 0: Failed routing QP", [](int me, rx::peer_group_options&, auto& boot) {
+        if (me == 2) boot.tamper = test::unroutable_endpoint_from(0);
     });
 }
 

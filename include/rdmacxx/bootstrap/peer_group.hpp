@@ -91,7 +91,7 @@ public:
     [[nodiscard]] std::exception_ptr local_error() const noexcept { return local_; }
 
     /// Bytes of a reason on the wire; longer ones are cut.
-    static constexpr std::size_t reason_bytes = 248;
+    static constexpr std::size_t reason_bytes = 504;
 
 protected:
     void dump_attributes(std::ostream& os, std::string const& lead) const override {
@@ -162,8 +162,8 @@ namespace detail {
 /// allgather: its k `remote_span`s, 32 bytes each, then its UD QP's `endpoint`, 32 bytes, with UD
 /// only) and each rank's endpoint for each rank r, to r only (an alltoall, 32 bytes per rank).
 /// Last, always, a status record (an allgather, 8 bytes: magic `"RXPS"`, version, status, 2
-/// reserved); when any rank failed, a reason record follows (an allgather, 256 bytes: magic
-/// `"RXPF"`, version, reserved, 2-byte length, 248 bytes of text).
+/// reserved); when any rank failed, a reason record follows (an allgather, 512 bytes: magic
+/// `"RXPF"`, version, reserved, 2-byte length, 504 bytes of text).
 struct peer_group_header {
     static constexpr std::array<char, 4> magic{'R', 'X', 'P', 'G'};
     static constexpr std::size_t bytes = 16;
@@ -238,7 +238,7 @@ struct peer_group_status {
 /// What each rank receives, for n ranks exposing k spans each (see docs/multi-node.md): n
 /// headers of 16 bytes and n records of 32 k bytes (+ 32 with UD) by allgather, one 32-byte
 /// endpoint from each rank by alltoall, and n status records of 8 bytes by allgather: O(n) bytes
-/// per rank (plus n reasons of 256 bytes when a rank failed). Ranks built with other options
+/// per rank (plus n reasons of 512 bytes when a rank failed). Ranks built with other options
 /// (size, UD, number of spans) are told apart by the headers, before any exchange whose size
 /// depends on them, and fail the group like any other failure.
 ///
