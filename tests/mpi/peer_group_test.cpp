@@ -3,13 +3,17 @@
 #include "rdmacxx/bootstrap/mpi.hpp"
 #include "rdmacxx/bootstrap/peer_group.hpp"
 
+#include "../device/bootstrap_support.hpp"
 #include "../device/fixture.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 namespace {
@@ -63,6 +67,26 @@ TEST_CASE("mpi_bootstrap: rank, size, allgather in rank order, barrier") {
     }
     std::vector<std::byte> wrong(all.size() - 1);
     CHECK_THROWS_AS(boot.allgather(mine, wrong), rx::argument_error); // refused before MPI sees it
+    boot.barrier();
+}
+
+TEST_CASE("mpi_bootstrap: alltoall delivers each rank the block every rank meant for it") {
+    rx::mpi_bootstrap boot;
+    auto const n = static_cast<std::size_t>(boot.size());
+    auto const me = static_cast<std::size_t>(boot.rank());
+    std::vector<std::byte> blocks(2 * n), column(2 * n);
+    for (std::size_t to = 0; to < n; ++to) {
+        blocks[2 * to] = static_cast<std::byte>(me);
+        blocks[2 * to + 1] = static_cast<std::byte>(to + 16 * me);
+    }
+    boot.alltoall(blocks, column);
+    for (std::size_t from = 0; from < n; ++from) {
+        CHECK(column[2 * from] == static_cast<std::byte>(from));
+        CHECK(column[2 * from + 1] == static_cast<std::byte>(me + 16 * from));
+    }
+    std::vector<std::byte> odd(2 * n + 1), shorter(2 * n - 1);
+    CHECK_THROWS_AS(boot.alltoall(odd, odd), rx::argument_error); // refused before MPI sees it
+    CHECK_THROWS_AS(boot.alltoall(blocks, shorter), rx::argument_error);
     boot.barrier();
 }
 
@@ -258,5 +282,102 @@ TEST_CASE("peer_group: the group and its parents move and are move-assigned into
     assign_into(port, std::make_unique<rx::end_port>(*ctx));
     round("after the group and its parents were move-assigned into live ones", 2);
     group.reset();
+    boot.barrier();
+}
+
+TEST_CASE("peer_group: each rank receives O(n) bytes while the group is made (counted)") {
+    rx::mpi_bootstrap mpi;
+    test::counting_bootstrap<rx::mpi_bootstrap> boot{mpi};
+    auto const n = static_cast<std::size_t>(mpi.size());
+    rank_resources<rx::busy_poll> res(mpi.size(), 64);
+    auto const start = std::chrono::steady_clock::now();
+    rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote()};
+    auto const took = std::chrono::steady_clock::now() - start;
+    // n 16-byte headers and n 32-byte records (allgathers), one 32-byte endpoint per rank
+    // (alltoall), n 8-byte statuses (allgather): see docs/multi-node.md.
+    CHECK(boot.received == n * (16 + 32 + 32 + 8));
+    CHECK(boot.collectives == 4);
+    if (mpi.rank() == 0)
+        MESSAGE(n << " ranks: " << boot.received << " bytes received per rank; the group came up in "
+                  << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms on rank 0");
+    mpi.barrier();
+}
+
+// Makes a group in which `sabotage` breaks one rank's part; every rank must throw the same
+// peer_group_error naming `failed` with a reason starting with `stage`, within `bound`.
+template <class Sabotage>
+void all_or_nothing(int failed, std::string const& stage, Sabotage sabotage, int spans_on_failed = 1) {
+    rx::mpi_bootstrap mpi;
+    REQUIRE(mpi.size() >= 3);
+    int const me = mpi.rank();
+    test::counting_bootstrap<rx::mpi_bootstrap> boot{mpi};
+    rank_resources<rx::busy_poll> res(mpi.size(), 64);
+    rx::peer_group_options opt;
+    sabotage(me, opt, boot);
+    std::vector<rx::remote_span<std::byte>> spans(me == failed ? static_cast<std::size_t>(spans_on_failed) : 1U,
+                                                  res.inbox.mr.remote());
+    auto const bound = std::chrono::seconds{60};
+    auto const start = std::chrono::steady_clock::now();
+    bool threw = false;
+    try {
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, rx::exposed_spans{spans}, opt};
+    } catch (rx::peer_group_error const& e) {
+        threw = true;
+        REQUIRE(e.failures().size() == 1);
+        CHECK(e.failures()[0].rank == failed);
+        CHECK_MESSAGE(e.failures()[0].reason.rfind(stage, 0) == 0, e.failures()[0].reason);
+        CHECK(static_cast<bool>(e.local_error()) == (me == failed));
+        std::ostringstream os;
+        e.dump_detailed(os, "E: rank " + std::to_string(me) + ":", 1);
+        std::cout << os.str() << std::flush; // every rank prints its error, as an application would
+    }
+    auto const took = std::chrono::steady_clock::now() - start;
+    CHECK_MESSAGE(threw, "rank " << me << " returned a group although rank " << failed << " failed");
+    CHECK(took < bound);
+    if (me == 0)
+        MESSAGE("every rank threw; rank 0 within "
+                << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+    mpi.barrier(); // and every rank goes on: the next test case runs on the same ranks
+}
+
+TEST_CASE("peer_group all or nothing: rank 1 cannot create its QPs, every rank throws naming it") {
+    all_or_nothing(1, "creating its QPs", [](int me, rx::peer_group_options& opt, auto&) {
+        if (me == 1) opt.caps.max_send_wr = 1U << 30; // over the device's limit, on rank 1 only
+    });
+}
+
+TEST_CASE("peer_group all or nothing: rank 2 receives an endpoint with GID :: and ibv_modify_qp refuses to connect "
+          "it, every rank throws") {
+    all_or_nothing(2, "connecting to rank 0: Failed routing QP", [](int me, rx::peer_group_options&, auto& boot) {
+        if (me == 2) boot.tamper = test::unroutable_endpoint_from(0);
+    });
+}
+
+TEST_CASE("peer_group all or nothing: rank 1 exposes two spans where the others expose one, every rank throws") {
+    all_or_nothing(
+        1, "comparing its options with rank 0's", [](int, rx::peer_group_options&, auto&) {}, 2);
+}
+
+TEST_CASE("peer_group with loopback: every rank, rank 0 included, adds to rank 0's counter through qp(0)") {
+    rx::mpi_bootstrap boot;
+    int const n = boot.size(), me = boot.rank();
+    rank_resources<rx::busy_poll> res(n, 64);
+    rx::peer_group_options opt;
+    opt.loopback = true;
+    opt.settings.remote_access = rx::access::remote_atomic;
+    rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+    REQUIRE(group.has_loopback());
+    std::memset(res.inbox.span().data(), 0, 8);
+    boot.barrier();
+    auto const result = res.outbox.mr.template span<std::uint64_t>(0, 1);
+    group.qp(0).post(
+        rx::fetch_add{result, group.remote(0).first(8).as<std::uint64_t>(), static_cast<std::uint64_t>(me + 1)}.id(5));
+    CHECK(next(res.cq).wr_id() == 5);
+    boot.barrier();
+    if (me == 0) {
+        std::uint64_t sum = 0;
+        std::memcpy(&sum, res.inbox.span().data(), 8);
+        CHECK(sum == static_cast<std::uint64_t>(n * (n + 1) / 2));
+    }
     boot.barrier();
 }

@@ -17,32 +17,39 @@
 namespace rdmacxx {
 inline namespace v0 {
 
-/// What a bootstrap engine must offer: `rank()` in [0, size()), `size()` ≥ 1, and two
+/// What a bootstrap engine must offer: `rank()` in [0, size()), `size()` ≥ 1, and three
 /// collectives that every rank calls in the same order:
 /// - `allgather(in, out)`: each rank contributes `in` (the same number of bytes on every rank);
 ///   `out` (exactly `in.size() * size()` bytes) receives rank r's bytes at offset
-///   `r * in.size()`;
+///   `r * in.size()` (MPI_Allgather);
+/// - `alltoall(in, out)`: `in` holds `size()` blocks of equal size (the same on every rank),
+///   block r meant for rank r; `out` (as many bytes as `in`) receives, at offset `r * block`,
+///   the block rank r meant for this rank (MPI_Alltoall): each rank receives only its own
+///   column, O(size()) bytes where an allgather of every rank's blocks would be O(size()²);
 /// - `barrier()`: returns on a rank once every rank has called it.
-/// Both block until done and throw an `rdmacxx::error` (a `bootstrap_error` for the adapters
+/// All block until done and throw an `rdmacxx::error` (a `bootstrap_error` for the adapters
 /// rdmacxx ships) on failure.
 template <class B>
 concept bootstrap = requires(B& b, B const& cb, std::span<std::byte const> in, std::span<std::byte> out) {
     { cb.rank() } -> std::convertible_to<int>;
     { cb.size() } -> std::convertible_to<int>;
     b.allgather(in, out);
+    b.alltoall(in, out);
     b.barrier();
 };
 
 /// A bootstrap engine's call that failed: names the call (e.g. "MPI_Allgather") and carries the
-/// engine's own error text and code. Its `code()` is `std::errc::io_error`: the engine's codes
-/// are not errno values.
+/// engine's own error text and code. Its `code()` is `std::errc::io_error` (the engine's codes
+/// are not errno values), or `std::errc::timed_out` when ranks did not arrive within a bound.
 class bootstrap_error : public error {
 public:
     /// @param call         the engine function that failed, e.g. "MPI_Allgather"
-    /// @param engine_code  the engine's own error code (an MPI error class for MPI)
+    /// @param engine_code  the engine's own error code (an MPI error class for MPI; 0 for none)
     /// @param engine_text  the engine's description of it
-    bootstrap_error(std::string call, int engine_code, std::string const& engine_text)
-        : error(std::make_error_code(std::errc::io_error), call + " failed: " + engine_text), call_(std::move(call)),
+    /// @param code         `std::errc::io_error`, or `std::errc::timed_out` for a wait that ran out
+    bootstrap_error(std::string call, int engine_code, std::string const& engine_text,
+                    std::errc code = std::errc::io_error)
+        : error(std::make_error_code(code), call + " failed: " + engine_text), call_(std::move(call)),
           engine_code_(engine_code) {}
 
     /// The engine function that failed.

@@ -35,7 +35,7 @@ inline namespace v0 {
 /// frees nothing). Move-only.
 /// Thread-safety: one thread at a time, as for the communicator it wraps (MPI_THREAD_SERIALIZED
 /// or more is needed if that thread is not the one that initialised MPI).
-/// @see MPI_Comm_dup(3), MPI_Allgather(3), MPI_Barrier(3)
+/// @see MPI_Comm_dup(3), MPI_Allgather(3), MPI_Alltoall(3), MPI_Barrier(3)
 class mpi_bootstrap {
 public:
     /// Duplicates `comm` (collective over it: every rank of `comm` must make one).
@@ -89,6 +89,25 @@ public:
                                    " ranks");
         int const count = static_cast<int>(in.size());
         check(::MPI_Allgather(in.data(), count, MPI_BYTE, out.data(), count, MPI_BYTE, comm_), "MPI_Allgather");
+    }
+
+    /// Personalised exchange: `in` holds `size()` blocks of equal size (the same on every rank),
+    /// block r for rank r; `out` (as many bytes as `in`) receives rank r's block for this rank at
+    /// offset `r × block`.
+    /// @throws argument_error when `in.size()` is not a multiple of `size()`, `out.size() !=
+    ///         in.size()`, or a block is over INT_MAX bytes; bootstrap_error when MPI_Alltoall fails.
+    /// @see MPI_Alltoall(3)
+    void alltoall(std::span<std::byte const> in, std::span<std::byte> out) {
+        auto const n = static_cast<std::size_t>(size_);
+        if (in.size() % n != 0 || out.size() != in.size()) [[unlikely]]
+            detail::throw_argument("mpi_bootstrap::alltoall: " + std::to_string(in.size()) + " bytes in and " +
+                                   std::to_string(out.size()) + " out are not the same number of equal blocks for " +
+                                   std::to_string(n) + " ranks");
+        if (in.size() / n > static_cast<std::size_t>(INT_MAX)) [[unlikely]]
+            detail::throw_argument("mpi_bootstrap::alltoall: " + std::to_string(in.size() / n) +
+                                   " bytes per block exceed MPI's int count");
+        int const count = static_cast<int>(in.size() / n);
+        check(::MPI_Alltoall(in.data(), count, MPI_BYTE, out.data(), count, MPI_BYTE, comm_), "MPI_Alltoall");
     }
 
     /// Returns once every rank has called it.

@@ -1,0 +1,367 @@
+// The peer group over the in-process bootstrap (threads as ranks) on one device: the mesh at 4
+// and 64 ranks, the bytes each rank receives, and all or nothing when one rank fails.
+#include "rdmacxx/bootstrap/peer_group.hpp"
+#include "rdmacxx/bootstrap/threads.hpp"
+
+#include "bootstrap_support.hpp"
+#include "fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pg_test {
+namespace rx = rdmacxx;
+
+// What each rank receives while a group is made (docs/multi-node.md): n 16-byte headers and n
+// records of 32 bytes (64 with UD) by allgather, one 32-byte endpoint from each rank by alltoall,
+// n 8-byte statuses.
+constexpr std::size_t bytes_per_rank(std::size_t n, bool with_ud) {
+    return n * 16 + n * (with_ud ? 64 : 32) + n * 32 + n * 8;
+}
+
+std::byte pattern(int from, int to, std::size_t k) {
+    return static_cast<std::byte>((k * 29 + static_cast<std::size_t>(from) * 11 + static_cast<std::size_t>(to) * 3) &
+                                  0xff);
+}
+
+// One rank's device resources; each rank (thread) has its own context.
+struct rank_resources {
+    rank_resources(int ranks, std::size_t slot_bytes, int cq_entries = 256)
+        : ctx(test::open_test_device()), port(ctx), pd(ctx), cq(ctx, cq_entries), slot(slot_bytes),
+          inbox(pd, slot_bytes * static_cast<std::size_t>(ranks)),
+          outbox(pd, slot_bytes * static_cast<std::size_t>(ranks)) {}
+    rx::context ctx;
+    rx::end_port port;
+    rx::protection_domain pd;
+    rx::completion_queue<rx::busy_poll> cq;
+    std::size_t slot;
+    test::buffer inbox, outbox;
+    rx::local_span<std::byte> in(int r) const { return inbox.span().subspan(static_cast<std::size_t>(r) * slot, slot); }
+    rx::local_span<std::byte> out(int r) const {
+        return outbox.span().subspan(static_cast<std::size_t>(r) * slot, slot);
+    }
+};
+
+// The exception's dump_detailed at level 2 (or what() for another exception).
+std::string describe(std::exception_ptr const& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (rx::error const& x) {
+        std::ostringstream os;
+        x.dump_detailed(os, "E:", 2);
+        return os.str();
+    } catch (std::exception const& x) {
+        return x.what();
+    }
+}
+
+// Every rank must have returned: fails with each rank's error otherwise.
+void require_all_returned(std::vector<std::exception_ptr> const& errors) {
+    for (std::size_t r = 0; r < errors.size(); ++r)
+        if (errors[r]) FAIL("rank " << r << " threw:\n" << describe(errors[r]));
+}
+
+// Each rank sends one message to the next rank in a ring and checks the one from the previous.
+void ring_exchange(rx::thread_bootstrap& boot, rx::peer_group<rx::busy_poll>& group, rank_resources& res) {
+    int const n = boot.size(), me = boot.rank();
+    int const next = (me + 1) % n, prev = (me + n - 1) % n;
+    group.qp(prev).post_recv(rx::recv{res.in(prev)}.id(1));
+    boot.barrier();
+    for (std::size_t k = 0; k < res.slot; ++k)
+        res.out(next)[k] = pattern(me, next, k);
+    group.qp(next).post(rx::send{res.out(next)}.id(2));
+    for (int done = 0; done < 2; ++done) {
+        rx::work_completion const wc = test::next_completion(res.cq, std::chrono::seconds{60});
+        wc.throw_if_error();
+    }
+    std::size_t bad = 0;
+    for (std::size_t k = 0; k < res.slot; ++k)
+        bad += res.in(prev)[k] != pattern(prev, me, k) ? 1U : 0U;
+    if (bad != 0) throw std::runtime_error(std::to_string(bad) + " bytes wrong from rank " + std::to_string(prev));
+    boot.barrier();
+}
+} // namespace pg_test
+
+TEST_CASE("peer_group over threads: 4 ranks, every pair sends, and each rank receives O(n) bytes") {
+    using namespace pg_test;
+    int const n = 4;
+    std::size_t const bytes = 3000; // several path MTUs
+    rx::thread_world world{n, std::chrono::seconds{120}};
+    std::vector<std::size_t> received(n), bad(n);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        int const me = boot.rank();
+        rank_resources res(n, bytes);
+        test::counting_bootstrap<rx::thread_bootstrap> counted{boot};
+        rx::peer_group<rx::busy_poll> group{counted, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote()};
+        received[static_cast<std::size_t>(me)] = counted.received;
+        for (int r = 0; r < n; ++r)
+            if (r != me) group.qp(r).post_recv(rx::recv{res.in(r)}.id(static_cast<std::uint64_t>(r)));
+        boot.barrier();
+        for (int r = 0; r < n; ++r) {
+            if (r == me) continue;
+            for (std::size_t k = 0; k < bytes; ++k)
+                res.out(r)[k] = pattern(me, r, k);
+            group.qp(r).post(rx::send{res.out(r)}.id(1000));
+        }
+        for (int done = 0; done < 2 * (n - 1); ++done) {
+            rx::work_completion const wc = test::next_completion(res.cq, std::chrono::seconds{60});
+            wc.throw_if_error();
+            if (wc.wr_id() == 1000) continue;
+            int const from = static_cast<int>(wc.wr_id());
+            for (std::size_t k = 0; k < bytes; ++k)
+                bad[static_cast<std::size_t>(me)] += res.in(from)[k] != pattern(from, me, k) ? 1U : 0U;
+        }
+        if (group.remote(me) != res.inbox.mr.remote()) throw std::runtime_error("remote(me) is not this rank's span");
+        boot.barrier();
+    });
+    require_all_returned(errors);
+    for (std::size_t r = 0; r < n; ++r) {
+        CHECK(bad[r] == 0);
+        CHECK(received[r] == bytes_per_rank(n, false));
+    }
+    MESSAGE("4 ranks: " << received[0] << " bytes received per rank to make the group");
+}
+
+TEST_CASE("peer_group over threads: all or nothing, every rank throws the same peer_group_error") {
+    using namespace pg_test;
+    int const n = 4;
+    auto const bound = std::chrono::seconds{60};
+    rx::thread_world world{n, bound};
+    std::vector<int> failing; // the ranks expected in failures()
+    std::string stage;        // what each failure's reason starts with
+    std::function<void(int, rx::peer_group_options&, test::counting_bootstrap<rx::thread_bootstrap>&)> sabotage;
+    SUBCASE("rank 1 cannot create its QPs (max_send_wr over the device's limit)") {
+        failing = {1};
+        stage = "creating its QPs";
+        sabotage = [](int me, rx::peer_group_options& opt, auto&) {
+            if (me == 1) opt.caps.max_send_wr = 1U << 30;
+        };
+    }
+    SUBCASE("ranks 1 and 3 cannot create their QPs") {
+        failing = {1, 3};
+        stage = "creating its QPs";
+        sabotage = [](int me, rx::peer_group_options& opt, auto&) {
+            if (me == 1 || me == 3) opt.caps.max_send_wr = 1U << 30;
+        };
+    }
+    SUBCASE("rank 2 builds its group with UD, the others without") {
+        failing = {2};
+        stage = "comparing its options with rank 0's";
+        sabotage = [](int me, rx::peer_group_options& opt, auto&) { opt.with_ud = me == 2; };
+    }
+    SUBCASE("rank 2 receives an endpoint with GID :: from rank 0, and ibv_modify_qp refuses it") {
+        failing = {2};
+        stage = "connecting to rank 0: Failed routing QP";
+        sabotage = [](int me, rx::peer_group_options&, test::counting_bootstrap<rx::thread_bootstrap>& counted) {
+            if (me == 2) counted.tamper = test::unroutable_endpoint_from(0);
+        };
+    }
+    SUBCASE("rank 2 receives a corrupt endpoint from rank 0 and cannot connect to it") {
+        failing = {2};
+        stage = "connecting to rank 0";
+        sabotage = [](int me, rx::peer_group_options&, test::counting_bootstrap<rx::thread_bootstrap>& counted) {
+            if (me == 2) counted.tamper = test::corrupt_endpoint_from(0);
+        };
+    }
+    std::vector<std::string> dumps(n);
+    auto const start = std::chrono::steady_clock::now();
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        int const me = boot.rank();
+        rank_resources res(n, 64);
+        test::counting_bootstrap<rx::thread_bootstrap> counted{boot};
+        rx::peer_group_options opt;
+        sabotage(me, opt, counted);
+        rx::peer_group<rx::busy_poll> group{counted, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+    });
+    auto const took = std::chrono::steady_clock::now() - start;
+    CHECK(took < bound);
+    for (std::size_t r = 0; r < n; ++r) {
+        CAPTURE(r);
+        REQUIRE_MESSAGE(errors[r], "rank " << r << " returned a group although a rank failed");
+        try {
+            std::rethrow_exception(errors[r]);
+        } catch (rx::peer_group_error const& e) {
+            CHECK(e.code() == std::errc::connection_aborted);
+            REQUIRE(e.failures().size() == failing.size());
+            bool const failed_here = std::find(failing.begin(), failing.end(), static_cast<int>(r)) != failing.end();
+            CHECK(static_cast<bool>(e.local_error()) == failed_here);
+            for (std::size_t k = 0; k < failing.size(); ++k) {
+                CHECK(e.failures()[k].rank == failing[k]);
+                CHECK_MESSAGE(e.failures()[k].reason.rfind(stage, 0) == 0, e.failures()[k].reason);
+            }
+            std::ostringstream os;
+            e.dump_detailed(os, "E:", 2);
+            dumps[r] = os.str();
+            CHECK(dumps[r].find("rank " + std::to_string(failing.front()) + ": " + stage) != std::string::npos);
+        } catch (...) {
+            FAIL("rank " << r << " threw something else:\n" << describe(errors[r]));
+        }
+    }
+    MESSAGE("every rank threw within " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                                       << " ms; rank 0 printed:\n"
+                                       << dumps[0]);
+}
+
+TEST_CASE("peer_group over threads at 64 ranks: the bytes each rank receives, and a ring across the mesh") {
+    using namespace pg_test;
+    int const n = 64;
+    rx::thread_world world{n, std::chrono::seconds{300}};
+    std::vector<std::size_t> received(n);
+    auto const start = std::chrono::steady_clock::now();
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        rank_resources res(n, 256, 16);
+        test::counting_bootstrap<rx::thread_bootstrap> counted{boot};
+        rx::peer_group_options opt;
+        opt.caps = {.max_send_wr = 2, .max_recv_wr = 2};
+        rx::peer_group<rx::busy_poll> group{counted, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+        received[static_cast<std::size_t>(boot.rank())] = counted.received;
+        ring_exchange(boot, group, res);
+    });
+    auto const took = std::chrono::steady_clock::now() - start;
+    require_all_returned(errors);
+    for (std::size_t r = 0; r < n; ++r)
+        CHECK(received[r] == bytes_per_rank(n, false));
+    MESSAGE("64 ranks (4,032 RC QPs on one device): "
+            << received[0] << " bytes received per rank, made and ring in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+}
+
+TEST_CASE("peer_group over threads with loopback: every rank reaches every rank the same way, itself included") {
+    using namespace pg_test;
+    int const n = 3;
+    std::size_t const bytes = 2048;
+    rx::thread_world world{n, std::chrono::seconds{120}};
+    std::vector<std::uint64_t> counters(n);
+    std::vector<std::size_t> bad(n);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        int const me = boot.rank();
+        auto const m = static_cast<std::size_t>(me);
+        rank_resources res(n, bytes);
+        rx::peer_group_options opt;
+        opt.loopback = true;
+        opt.settings.remote_access = rx::access::remote_write | rx::access::remote_read | rx::access::remote_atomic;
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, res.inbox.mr.remote(), opt};
+        if (!group.has_loopback()) throw std::runtime_error("no loopback");
+        // A send to itself, received on the same QP.
+        group.qp(me).post_recv(rx::recv{res.in(me)}.id(1));
+        for (std::size_t k = 0; k < bytes; ++k)
+            res.out(me)[k] = pattern(me, me, k);
+        group.qp(me).post(rx::send{res.out(me)}.id(2));
+        for (int done = 0; done < 2; ++done)
+            (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+        for (std::size_t k = 0; k < bytes; ++k)
+            bad[m] += res.in(me)[k] != pattern(me, me, k) ? 1U : 0U;
+        // Every rank, itself included, writes its slot at every rank through qp(r) and remote(r).
+        for (int r = 0; r < n; ++r) {
+            for (std::size_t k = 0; k < bytes; ++k)
+                res.out(r)[k] = pattern(me, r, k + 1);
+            group.qp(r).post(rx::write{res.out(r), group.remote(r).subspan(m * bytes, bytes)}.id(3));
+            (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+        }
+        boot.barrier();
+        for (int from = 0; from < n; ++from)
+            for (std::size_t k = 0; k < bytes; ++k)
+                bad[m] += res.in(from)[k] != pattern(from, me, k + 1) ? 1U : 0U;
+        boot.barrier();
+        // Every rank, rank 0 included, adds rank + 1 to the counter in rank 0's first word.
+        if (me == 0) std::memset(res.inbox.span().data(), 0, 8);
+        boot.barrier();
+        auto const result = res.outbox.mr.template span<std::uint64_t>(0, 1);
+        group.qp(0).post(rx::fetch_add{result, group.remote(0).first(8).as<std::uint64_t>(), m + 1}.id(4));
+        (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+        boot.barrier();
+        if (me == 0) std::memcpy(&counters[0], res.inbox.span().data(), 8);
+        boot.barrier();
+    });
+    require_all_returned(errors);
+    for (std::size_t r = 0; r < n; ++r)
+        CHECK(bad[r] == 0);
+    CHECK(counters[0] == n * (n + 1) / 2);
+}
+
+TEST_CASE("peer_group: qp(rank()) without loopback is refused, naming the option") {
+    using namespace pg_test;
+    rx::thread_world world{2, std::chrono::seconds{60}};
+    std::vector<std::string> said(2);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        rank_resources res(2, 64);
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq};
+        try {
+            (void)group.qp(boot.rank());
+        } catch (rx::argument_error const& e) {
+            said[static_cast<std::size_t>(boot.rank())] = e.what();
+        }
+    });
+    require_all_returned(errors);
+    for (auto const& s : said)
+        CHECK(s.find("needs peer_group_options::loopback") != std::string::npos);
+}
+
+TEST_CASE("peer_group over threads: several exposed spans per rank, in the one exchange") {
+    using namespace pg_test;
+    int const n = 3;
+    std::size_t const k = 3, bytes = 1024;
+    rx::thread_world world{n, std::chrono::seconds{120}};
+    std::vector<std::size_t> bad(n), received(n);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        int const me = boot.rank();
+        auto const m = static_cast<std::size_t>(me);
+        rank_resources res(n, bytes);
+        // Three regions, each with one slot per rank.
+        std::vector<test::buffer> regions;
+        std::vector<rx::remote_span<std::byte>> spans;
+        regions.reserve(k);
+        for (std::size_t i = 0; i < k; ++i) {
+            regions.emplace_back(res.pd, bytes * n);
+            spans.push_back(regions.back().mr.remote());
+        }
+        rx::peer_group_options opt;
+        opt.settings.remote_access = rx::access::remote_write;
+        test::counting_bootstrap<rx::thread_bootstrap> counted{boot};
+        rx::peer_group<rx::busy_poll> group{counted, res.port, res.pd, res.cq, res.cq, rx::exposed_spans{spans}, opt};
+        received[m] = counted.received;
+        if (group.spans_per_rank() != k || group.remote(me, 2) != spans[2])
+            throw std::runtime_error("this rank's own spans are not as exposed");
+        bool refused = false;
+        try {
+            (void)group.remote(me, k);
+        } catch (rx::argument_error const&) {
+            refused = true;
+        }
+        if (!refused) throw std::runtime_error("remote(r, spans_per_rank()) was not refused");
+        // Every rank writes its slot of every span of every other rank, a pattern per span.
+        for (int r = 0; r < n; ++r) {
+            if (r == me) continue;
+            for (std::size_t i = 0; i < k; ++i) {
+                for (std::size_t b = 0; b < bytes; ++b)
+                    res.out(r)[b] = pattern(me, r, b + i);
+                group.qp(r).post(rx::write{res.out(r), group.remote(r, i).subspan(m * bytes, bytes)}.id(i));
+                (void)test::wait_ok(res.cq, std::chrono::seconds{60});
+            }
+        }
+        boot.barrier();
+        for (int from = 0; from < n; ++from) {
+            if (from == me) continue;
+            for (std::size_t i = 0; i < k; ++i) {
+                auto const slot = regions[i].span().subspan(static_cast<std::size_t>(from) * bytes, bytes);
+                for (std::size_t b = 0; b < bytes; ++b)
+                    bad[m] += slot[b] != pattern(from, me, b + i) ? 1U : 0U;
+            }
+        }
+        boot.barrier();
+    });
+    require_all_returned(errors);
+    for (std::size_t r = 0; r < n; ++r) {
+        CHECK(bad[r] == 0);
+        CHECK(received[r] == std::size_t{n} * (16 + 32 * k + 32 + 8)); // headers, then k spans in each record
+    }
+}
