@@ -21,6 +21,7 @@
 /// See docs/asio.md.
 
 #include "rdmacxx/asio/cm.hpp"
+#include "rdmacxx/asio/cm_engine.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/events.hpp"

@@ -31,6 +31,7 @@
 #include <future>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -915,4 +916,141 @@ TEST_CASE("asio: the dispatcher, its channel, its CQs and QPs move and are move-
     d->forget(*b);
     d->remove(*cq_a);
     d->remove(*cq_b);
+}
+
+namespace {
+// Threads of this process (/proc/self/task).
+std::size_t thread_count() {
+    return static_cast<std::size_t>(
+        std::distance(std::filesystem::directory_iterator{"/proc/self/task"}, std::filesystem::directory_iterator{}));
+}
+} // namespace
+
+TEST_CASE("asio: 16 clients and their server on one cm_engine and one io_context thread: no thread per connection, "
+          "every message verified, every departure seen, and run() returns") {
+    constexpr int n = 16;
+    using conn = rx::cm::connection<rx::rc, rx::busy_poll>;
+    ::asio::io_context io;
+    std::size_t const threads0 = thread_count();
+    std::vector<conn> served, clients;
+    std::vector<std::unique_ptr<test::buffer>> inbox; // one receive per served connection, in accept order
+    int ended = 0;
+    {
+        rxa::cm_engine eng{io.get_executor()};
+        rxa::cm_acceptor<rx::rc> acceptor{eng, test::device_address(0)};
+        auto const to = rx::cm::address::resolve(test::device_ip(), acceptor.port());
+        rx::protection_domain pd{acceptor.listener().cm_id().context()};
+        rx::completion_queue<rx::busy_poll> cq{acceptor.listener().cm_id().context(), 4 * n};
+        rx::cm::resources<rx::busy_poll> const shared{.pd = pd, .send_cq = cq, .recv_cq = cq};
+        for (int i = 0; i < n; ++i) {
+            rxa::async_accept<rx::busy_poll>(
+                acceptor, shared, {},
+                [&](conn& c) { // before the accept is sent: the client may send at once
+                    inbox.push_back(std::make_unique<test::buffer>(c.pd(), 64));
+                    c.qp().post_recv(rx::recv{inbox.back()->span()}.id(inbox.size() - 1));
+                },
+                [&](std::exception_ptr e, std::optional<conn> c) {
+                    REQUIRE_FALSE(e);
+                    c->on_end([&](rx::cm::connection_state) { ++ended; });
+                    served.push_back(std::move(*c));
+                });
+            rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, {}, [&](std::exception_ptr e, std::optional<conn> c) {
+                REQUIRE_FALSE(e);
+                clients.push_back(std::move(*c));
+            });
+        }
+        for (auto const end = std::chrono::steady_clock::now() + 60s;
+             (served.size() < n || clients.size() < n) && std::chrono::steady_clock::now() < end;)
+            io.run_for(100ms);
+        REQUIRE(served.size() == n);
+        REQUIRE(clients.size() == n);
+        CHECK(thread_count() == threads0); // the reactor reads the CM channel: no monitor threads
+        CHECK(eng.engine().registered() == 1 + 2 * n);
+
+        // Each client sends its number once; the server side receives them all, byte for byte.
+        std::vector<std::unique_ptr<test::buffer>> out;
+        for (int i = 0; i < n; ++i) {
+            auto& c = clients[static_cast<std::size_t>(i)];
+            out.push_back(std::make_unique<test::buffer>(c.pd(), 64));
+            std::string const msg = "client " + std::to_string(i);
+            std::memcpy(out.back()->bytes_.data(), msg.data(), msg.size());
+            c.qp().post(rx::send{out.back()->span().first(msg.size())}.id(1));
+            auto const wc = c.cq().wait_one(20s);
+            REQUIRE(wc.has_value());
+            CHECK(wc->ok());
+        }
+        std::set<std::string> got;
+        for (int i = 0; i < n; ++i) {
+            auto const wc = cq.wait_one(20s);
+            REQUIRE(wc.has_value());
+            REQUIRE(wc->ok());
+            got.emplace(reinterpret_cast<char const*>(inbox[wc->wr_id()]->bytes_.data()), wc->byte_len());
+        }
+        for (int i = 0; i < n; ++i)
+            CHECK(got.count("client " + std::to_string(i)) == 1);
+
+        // The clients leave: the reactor sees every server side's `disconnected`.
+        for (auto& c : clients)
+            c.disconnect(0ms);
+        for (auto const end = std::chrono::steady_clock::now() + 30s;
+             ended < n && std::chrono::steady_clock::now() < end;)
+            io.run_for(100ms);
+        CHECK(ended == n);
+        for (auto& s : served)
+            CHECK(s.qp().state() == IBV_QPS_ERR);
+        served.clear();
+        clients.clear();
+    }
+    // Nothing is left on the engine: run() returns by itself.
+    io.restart();
+    auto const t0 = std::chrono::steady_clock::now();
+    io.run_for(5s);
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    CHECK(thread_count() == threads0);
+}
+
+TEST_CASE("asio: on a cm_engine, bad input and a connect deadline complete the handler with their typed error") {
+    ::asio::io_context io;
+    rxa::cm_engine eng{io.get_executor()};
+    using conn = rx::cm::connection<rx::rc, rx::busy_poll>;
+    SUBCASE("private data over the limit: argument_error, posted, nothing sent") {
+        rx::cm::connection_options opt;
+        opt.private_data.assign(57, std::byte{1});
+        std::exception_ptr error;
+        bool called = false;
+        rxa::async_connect<rx::rc, rx::busy_poll>(eng, test::device_address(7471), opt,
+                                                  [&](std::exception_ptr e, std::optional<conn> c) {
+                                                      called = true;
+                                                      error = e;
+                                                      CHECK_FALSE(c.has_value());
+                                                  });
+        CHECK_FALSE(called); // never inline
+        io.run_for(1s);
+        REQUIRE(called);
+        CHECK_THROWS_AS(std::rethrow_exception(error), rx::argument_error);
+        CHECK(eng.engine().pending() == 0);
+    }
+    SUBCASE("nobody answers the connect request: timeout_error naming the step, within its bound") {
+        rx::cm::connection_options opt;
+        opt.deadlines.connect = 1500ms;
+        std::exception_ptr error;
+        bool called = false;
+        auto const t0 = std::chrono::steady_clock::now();
+        rxa::async_connect<rx::rc, rx::busy_poll>(eng, rx::cm::address::resolve("198.18.0.77", 7471), opt,
+                                                  [&](std::exception_ptr e, std::optional<conn>) {
+                                                      called = true;
+                                                      error = e;
+                                                  });
+        for (auto const end = t0 + 20s; !called && std::chrono::steady_clock::now() < end;)
+            io.run_for(100ms);
+        double const took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        REQUIRE(called);
+        try {
+            std::rethrow_exception(error);
+        } catch (rx::cm::timeout_error const& e) {
+            MESSAGE("after " << took << " s: " << std::string{e.what()});
+            CHECK((e.step() == rx::cm::step::connect || e.step() == rx::cm::step::resolve_address));
+        }
+        CHECK(took < 6.5);
+    }
 }

@@ -334,14 +334,12 @@ TEST_CASE("wire: a remote_span encoded into the CM's private data is written to 
         try {
             auto req = server.get_request(20s);
             std::optional<rx::memory_region> mr;
-            std::array<std::byte, rx::remote_span<std::byte>::wire_size> wire{};
             cm::connection_options opt;
             opt.settings.remote_access = rx::access::remote_write; // the client WRITEs here
             auto conn = req.accept<rx::rc, rx::busy_poll>(opt, [&](auto& c) {
                 mr.emplace(
                     c.pd().register_memory(std::span{target}, rx::access::local_write | rx::access::remote_write));
-                wire = mr->template remote<std::byte>().to_bytes();
-                opt.private_data.assign(wire.begin(), wire.end()); // the accept sends it after this call
+                return mr->template remote<std::byte>().to_bytes(); // the accept's private data
             });
             (void)conn.wait_disconnected(20s);
             mr.reset(); // before the connection's PD

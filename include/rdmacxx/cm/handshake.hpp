@@ -14,6 +14,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -65,7 +66,8 @@ void take_qp(connection<Transport, Completion, Post>& c, qp_source<Transport, Co
 /// called once with `(std::exception_ptr, std::optional<connection>)`: the connection,
 /// established, or the error that ended the handshake (the id and whatever the handshake made
 /// are then destroyed; a QP of the user's is in ERR). `BeforeAccept` runs on the passive side
-/// once the QP exists and before the accept is sent.
+/// once the QP exists and before the accept is sent; bytes it returns (a vector, an array, a
+/// span of `std::byte`) are the accept's private data, in place of the options'.
 template <transport Transport, completion_strategy Completion, post_policy Post, class Done,
           class BeforeAccept = no_preparation>
 class handshake final : public pending {
@@ -109,7 +111,7 @@ public:
         c_->set_peer(std::move(peer_data), peer);
         try {
             take_qp(*c_, src_, opt_);
-            before_accept(*c_);
+            prepare(before_accept);
             if (auto* const qp = src_.user.get_if()) {
                 c_->cm_id().modify_qp(qp->native_handle(), IBV_QPS_RTR, opt_.settings);
                 c_->cm_id().modify_qp(qp->native_handle(), IBV_QPS_RTS, opt_.settings);
@@ -219,6 +221,20 @@ private:
         step_ = s;
         limit_ = limit;
         deadline_ = rdmacxx::detail::deadline_after(limit);
+    }
+
+    // Calls `before_accept(connection&)`; what it returns, if anything (bytes: a vector, an array,
+    // a span), is the accept's private data in place of the options'.
+    template <class Fn>
+    void prepare(Fn& before_accept) {
+        if constexpr (std::is_void_v<decltype(before_accept(*c_))>) {
+            before_accept(*c_);
+        } else {
+            auto const data = before_accept(*c_);
+            std::span<std::byte const> const bytes{data};
+            check_private_data(bytes, private_data_message::accept, port_space_for<Transport>);
+            opt_.private_data.assign(bytes.begin(), bytes.end());
+        }
     }
 
     // Route resolved: the QP from its source, then the connect request.

@@ -51,8 +51,10 @@ public:
     /// Accepts, blocking: moves the id to an event channel of its own, makes the PD, CQ and
     /// queue pair on its device, calls `before_accept(connection&)` (post receives there: a UD
     /// peer may send the moment it learns our QPN, and an unposted UD receive drops the
-    /// datagram), accepts with `opt.settings` and `opt.private_data` and, for RC and UC, waits up
-    /// to the accept deadline for `established`. The request is empty afterwards.
+    /// datagram; bytes it returns — say a `remote_span` of memory registered there, encoded —
+    /// are sent as the accept's private data instead of `opt.private_data`), accepts with `opt.settings` and
+    /// `opt.private_data` and, for RC and UC, waits up to the accept deadline for `established`. The request is empty
+    /// afterwards.
     /// @throws argument_error for private data over 196 bytes (TCP) or 136 (UDP), before anything
     ///         is sent; timeout_error naming `step::accept`, connect_error when `established`
     ///         does not come; sys_error when a call fails; whatever `before_accept` throws (the
@@ -118,7 +120,8 @@ private:
                                                      connection_options const& opt, BeforeAccept& before_accept) {
         return detail::run_blocking<connection<Transport, Completion, Post>>([&](engine& eng, auto done) {
             start<Transport, Completion, Post>(
-                eng, std::move(src), opt, [&before_accept](auto& c) { before_accept(c); }, std::move(done));
+                eng, std::move(src), opt, [&before_accept](auto& c) -> decltype(auto) { return before_accept(c); },
+                std::move(done));
         });
     }
 

@@ -1,0 +1,284 @@
+#pragma once
+/// @file
+/// `io::cm_engine`: the Asio driver of a `cm::engine` — one CM event channel for every connection
+/// an executor makes and accepts, advanced by the reactor (a wait on the channel's descriptor and
+/// a timer for the next deadline), with no thread per connection; and the operations on it:
+/// `async_connect(engine, …)`, `async_accept(acceptor, …)`. Any completion token; the
+/// completion signature is `void(std::exception_ptr, std::optional<cm::connection<T, C>>)`.
+
+#include "rdmacxx/asio/descriptor.hpp"
+#include "rdmacxx/cm/listener.hpp"
+#include "rdmacxx/detail/callback.hpp"
+
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/error.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <utility>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace io {
+
+/// A `cm::engine` driven by an Asio executor: while the engine has work (handshakes pending,
+/// listeners or connections on it) a wait on its descriptor is outstanding, and every wake-up
+/// calls `process()`. The connections made on it have no thread: their dead peers are seen by
+/// the reactor. While it has work it also wakes every `idle_check` (200 ms) or at the next CM
+/// deadline, whichever comes first, so that it stops waiting (and `io_context::run()` can return)
+/// once nothing is left on it; `stop()` stops at once.
+///
+/// Lifetime: it must outlive the operations started on it; connections made on it may outlive
+/// it (see `cm::engine`). Not movable.
+/// Thread-safety: not thread-safe; use it from the executor's one thread (a single-threaded
+/// `io_context`, or a strand).
+/// @see cm::engine
+class cm_engine {
+public:
+    /// How often an engine with work but no event looks whether it still has work.
+    static constexpr std::chrono::milliseconds idle_check{200};
+
+    /// An engine on `ex`, with its own CM event channel.
+    /// @throws sys_error when the channel or its duplicate descriptor cannot be made.
+    explicit cm_engine(::asio::any_io_executor ex) : descriptor_(ex), timer_(ex) {
+        detail::assign_duplicate(descriptor_, engine_.fd(), "for a CM engine's event channel");
+    }
+    cm_engine(cm_engine const&) = delete;
+    cm_engine& operator=(cm_engine const&) = delete;
+    /// Stops (the waits complete cancelled, touching nothing of it), then destroys the engine.
+    ~cm_engine() { stop(); }
+
+    /// The engine (to make listeners on, or to start work on directly; call `arm()` after).
+    [[nodiscard]] cm::engine& engine() noexcept { return engine_; }
+    /// The executor.
+    [[nodiscard]] ::asio::any_io_executor get_executor() noexcept { return descriptor_.get_executor(); }
+
+    /// Starts waiting, if it is not: the operations call it.
+    void arm() {
+        if (armed_) return;
+        armed_ = true;
+        auto const alive = alive_;
+        descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read, [this, alive](std::error_code ec) {
+            if (!*alive || ec == ::asio::error::operation_aborted) return;
+            wake();
+        });
+        arm_timer();
+    }
+
+    /// Cancels the waits: nothing is processed until the next operation starts.
+    void stop() noexcept {
+        armed_ = false;
+        std::error_code ignored;
+        descriptor_.cancel(ignored);
+        timer_.cancel();
+    }
+
+private:
+    void arm_timer() {
+        auto wait = idle_check;
+        if (auto const t = engine_.timeout()) wait = std::min(wait, *t);
+        timer_.expires_after(wait);
+        auto const alive = alive_;
+        timer_.async_wait([this, alive](std::error_code ec) {
+            if (!*alive || ec == ::asio::error::operation_aborted) return;
+            wake();
+        });
+    }
+
+    // The descriptor or the timer fired: process, then wait again while there is work.
+    void wake() {
+        std::error_code ignored;
+        descriptor_.cancel(ignored);
+        timer_.cancel();
+        armed_ = false;
+        (void)engine_.process();
+        if (engine_.pending() != 0 || engine_.registered() != 0) arm();
+    }
+
+    cm::engine engine_;
+    ::asio::posix::stream_descriptor descriptor_;
+    ::asio::steady_timer timer_;
+    bool armed_ = false;
+    // Read by the handlers of waits cancelled by the destructor, which may run after it.
+    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
+public:
+    /// @cond
+    cm_engine(cm_engine&&) = delete;
+    /// @endcond
+};
+
+namespace detail {
+/// The `done` of a handshake on an Asio engine: posts the handler with the outcome to the
+/// handler's associated executor (the engine's by default), never calling it inline.
+/// The handler is kept here, not in the handshake, so that a start that throws (bad input,
+/// an address that does not resolve) still has it to complete with the error.
+template <class Connection, class Handler>
+struct post_outcome {
+    Handler handler;
+    ::asio::any_io_executor fallback;
+    void operator()(std::exception_ptr error, std::optional<Connection> c) {
+        auto ex = ::asio::get_associated_executor(handler, fallback);
+        ::asio::post(ex, [h = std::move(handler), error = std::move(error), c = std::move(c)]() mutable {
+            std::move(h)(std::move(error), std::move(c));
+        });
+    }
+};
+
+/// Starts `start(done)` on `eng` for `handler`: the outcome is posted to the handler's executor;
+/// what `start` throws completes the handler with it.
+template <class Connection, class Handler, class Start>
+void initiate(cm_engine& eng, Handler handler, Start start) {
+    auto outcome = std::make_shared<post_outcome<Connection, Handler>>(
+        post_outcome<Connection, Handler>{std::move(handler), eng.get_executor()});
+    try {
+        start([outcome](std::exception_ptr error, std::optional<Connection> c) {
+            (*outcome)(std::move(error), std::move(c));
+        });
+    } catch (...) {
+        (*outcome)(std::current_exception(), std::nullopt); // nothing was started
+        return;
+    }
+    eng.arm();
+}
+} // namespace detail
+
+/// Connects to `destination` on `eng` as `cm::connect<Transport, Completion>(engine, …)` does:
+/// the same handshake, each step within its deadline (`opt.deadlines`), advanced by the reactor;
+/// the connection stays on the engine (no thread). `opt` is copied at initiation. Completes with
+/// `(std::exception_ptr, std::optional<cm::connection<Transport, Completion>>)`, posted to the
+/// handler's associated executor; bad input completes with its `argument_error` (nothing sent).
+/// @see rdma_resolve_addr(3), rdma_connect(3)
+template <transport Transport, completion_strategy Completion, class Token>
+auto async_connect(cm_engine& eng, cm::address const& destination, cm::connection_options opt, Token&& token) {
+    using connection = cm::connection<Transport, Completion>;
+    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
+        [&eng, destination](auto handler, cm::connection_options o) {
+            detail::initiate<connection>(eng, std::move(handler), [&](auto done) {
+                cm::connect<Transport, Completion>(eng.engine(), destination, std::move(o), std::move(done));
+            });
+        },
+        token, std::move(opt));
+}
+
+/// As `async_connect(eng, destination, opt, token)`, the QP made on `shared` (see
+/// `cm::resources`), which the connection borrows.
+template <transport Transport, completion_strategy Completion, class Token>
+auto async_connect(cm_engine& eng, cm::address const& destination, cm::resources<Completion> const& shared,
+                   cm::connection_options opt, Token&& token) {
+    using connection = cm::connection<Transport, Completion>;
+    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
+        [&eng, destination, shared](auto handler, cm::connection_options o) {
+            detail::initiate<connection>(eng, std::move(handler), [&](auto done) {
+                cm::connect<Transport, Completion>(eng.engine(), destination, shared, std::move(o), std::move(done));
+            });
+        },
+        token, std::move(opt));
+}
+
+/// A listener on a `cm_engine`: its connect requests wait here until an `async_accept` takes
+/// them (in order; several `async_accept`s may wait). Destroying it closes the port; requests
+/// not taken are dropped (their peers see a reject) and waiting accepts are destroyed uncalled.
+/// Not movable.
+/// Thread-safety: as its engine's.
+template <transport Transport>
+class cm_acceptor {
+public:
+    /// Listens on `local` (see `cm::listener`) on `eng`'s channel.
+    /// @throws as `cm::listener`'s constructor.
+    cm_acceptor(cm_engine& eng, cm::address const& local, cm::listener_options const& opt = {})
+        : engine_(&eng), listener_(eng.engine(), local, opt, [this](cm::connect_request r) {
+              requests_.push_back(std::move(r));
+              serve();
+          }) {}
+    cm_acceptor(cm_acceptor const&) = delete;
+    cm_acceptor& operator=(cm_acceptor const&) = delete;
+    ~cm_acceptor() = default;
+
+    /// The port listened on (host order).
+    [[nodiscard]] std::uint16_t port() const noexcept { return listener_.port(); }
+    /// The listener (its `cm_id().context()` is the device to make shared resources on).
+    [[nodiscard]] cm::listener<Transport>& listener() noexcept { return listener_; }
+    /// The engine.
+    [[nodiscard]] cm_engine& engine() noexcept { return *engine_; }
+
+    /// @cond
+    // `take(request)` runs on the next request (now, if one waits).
+    void wait(rdmacxx::detail::callback<void(cm::connect_request)> take) {
+        waiters_.push_back(std::move(take));
+        serve();
+        engine_->arm();
+    }
+    /// @endcond
+
+private:
+    void serve() {
+        while (!requests_.empty() && !waiters_.empty()) {
+            auto take = std::move(waiters_.front());
+            waiters_.pop_front();
+            cm::connect_request r = std::move(requests_.front());
+            requests_.pop_front();
+            take(std::move(r));
+        }
+    }
+
+    cm_engine* engine_;
+    std::deque<cm::connect_request> requests_;
+    std::deque<rdmacxx::detail::callback<void(cm::connect_request)>> waiters_;
+    cm::listener<Transport> listener_; // last: destroyed first, so no request arrives into the rest
+};
+
+/// Accepts the next connect request of `acceptor` (waiting for one without a bound: destroy the
+/// acceptor, or race it with a timer, to stop) as `cm::accept(engine, request, shared, opt, done,
+/// before_accept)` does: the QP made on `shared`, `before_accept(connection&)` called before the
+/// accept is sent (post receives there, or note the QP: a client may send before the
+/// completion runs), `established` awaited within `opt.deadlines.accept` by the reactor. The
+/// connection stays on the engine (no thread). Completes as `async_connect(engine, …)`.
+/// @see rdma_accept(3)
+template <completion_strategy Completion, transport Transport, class BeforeAccept = cm::no_preparation, class Token>
+auto async_accept(cm_acceptor<Transport>& acceptor, cm::resources<Completion> const& shared, cm::connection_options opt,
+                  BeforeAccept before_accept, Token&& token) {
+    using connection = cm::connection<Transport, Completion>;
+    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
+        [&acceptor, shared](auto handler, cm::connection_options o, BeforeAccept ba) {
+            cm_engine& eng = acceptor.engine();
+            acceptor.wait([&eng, shared, h = std::move(handler), o = std::move(o),
+                           ba = std::move(ba)](cm::connect_request req) mutable {
+                detail::initiate<connection>(eng, std::move(h), [&](auto done) {
+                    cm::accept<Transport, Completion>(eng.engine(), std::move(req), shared, std::move(o),
+                                                      std::move(done), std::move(ba));
+                });
+            });
+        },
+        token, std::move(opt), std::move(before_accept));
+}
+
+/// As `async_accept(acceptor, shared, opt, before_accept, token)` for a self-contained connection
+/// (its own PD, CQ and QP).
+template <completion_strategy Completion, transport Transport, class Token>
+auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt, Token&& token) {
+    using connection = cm::connection<Transport, Completion>;
+    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
+        [&acceptor](auto handler, cm::connection_options o) {
+            cm_engine& eng = acceptor.engine();
+            acceptor.wait([&eng, h = std::move(handler), o = std::move(o)](cm::connect_request req) mutable {
+                detail::initiate<connection>(eng, std::move(h), [&](auto done) {
+                    cm::accept<Transport, Completion>(eng.engine(), std::move(req), std::move(o), std::move(done));
+                });
+            });
+        },
+        token, std::move(opt));
+}
+
+} // namespace io
+} // namespace v0
+} // namespace rdmacxx
