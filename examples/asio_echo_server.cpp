@@ -2,12 +2,15 @@
 // io_context and one thread (the Asio adapter, rdmacxx/asio.hpp).
 //
 // The server shares one PD, one registered buffer, one SRQ and one CQ on one completion channel
-// between every connection (cm::resources). An acceptor coroutine accepts the clients
-// (async_accept); echo coroutines each keep one receive of their own in the SRQ (async_recv)
-// and send whatever lands in it back to the QP it came from (async_post). Every client is one
-// coroutine: it connects (async_connect), sends -n messages, awaits each echo beside its send,
-// checks it byte for byte, and disconnects (async_disconnect). One completion dispatcher per
-// side routes the completions to the operations that posted them.
+// between every connection (cm::resources). Every connection, the server's and the clients', is
+// made on one CM engine (io::cm_engine) that the io_context drives: the CM handshakes and every
+// disconnect are seen by the reactor, with no thread per connection (the program runs on one
+// thread whatever -c is; it prints its thread count). An acceptor coroutine accepts the clients
+// (async_accept on an io::cm_acceptor); echo coroutines each keep one receive of their own in
+// the SRQ (async_recv) and send whatever lands in it back to the QP it came from (async_post).
+// Every client is one coroutine: it connects (async_connect), sends -n messages, awaits each echo
+// beside its send, checks it byte for byte, and disconnects (async_disconnect). One completion
+// dispatcher per side routes the completions to the operations that posted them.
 //
 // Usage: asio_echo_server -b address [-p port] [-c clients] [-n messages] [-s size]
 //   -b  the IP address of the RDMA device to listen on (and connect to)
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -83,12 +87,10 @@ struct server_state {
     std::uint64_t echoed = 0;
 };
 
-awaitable<void> acceptor(cm::listener<rx::rc>& listener, side& s, server_state& st, std::uint32_t clients) {
-    auto const ex = co_await ::asio::this_coro::executor;
+awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_state& st, std::uint32_t clients) {
     for (std::uint32_t i = 0; i < clients; ++i) {
         auto c = co_await rxa::async_accept<rx::event_driven>(
-            ex, listener, s.resources(), {}, [&st](connection& n) { st.by_qpn[n.qp().qp_num()] = &n.qp(); },
-            use_awaitable);
+            listener, s.resources(), {}, [&st](connection& n) { st.by_qpn[n.qp().qp_num()] = &n.qp(); }, use_awaitable);
         st.connections.push_back(std::make_unique<connection>(std::move(*c)));
     }
 }
@@ -110,11 +112,11 @@ awaitable<void> echo(side& s, server_state& st, std::uint32_t k, std::size_t siz
     }
 }
 
-awaitable<void> client(cm::address const& to, side& s, std::uint32_t id, settings const& opt, std::uint32_t& good,
-                       std::uint32_t& finished) {
+awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, side& s, std::uint32_t id, settings const& opt,
+                       std::uint32_t& good, std::uint32_t& finished) {
     using namespace ::asio::experimental::awaitable_operators;
     auto const ex = co_await ::asio::this_coro::executor;
-    auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(ex, to, s.resources(), {}, use_awaitable);
+    auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, s.resources(), {}, use_awaitable);
     auto const out = s.mr.span().subspan(2 * std::size_t{id} * opt.size, opt.size);
     auto const in = s.mr.span().subspan((2 * std::size_t{id} + 1) * opt.size, opt.size);
     for (std::uint32_t m = 0; m < opt.messages; ++m) {
@@ -165,9 +167,10 @@ int main(int argc, char** argv) try {
         throw rx::argument_error("-c is 1 … 1000, -n positive, -s 1 … 4096");
 
     ::asio::io_context io{1};
-    cm::listener<rx::rc> listener{cm::address::resolve(bind, port), 64};
+    rxa::cm_engine eng{io.get_executor()};
+    rxa::cm_acceptor<rx::rc> listener{eng, cm::address::resolve(bind, port), {.backlog = 64}};
     auto const to = cm::address::resolve(bind, listener.port());
-    rx::context& ctx = listener.cm_id().context();
+    rx::context& ctx = listener.listener().cm_id().context();
     side server{ctx, io, 2 * std::size_t{slots} * opt.size, true};
     side clients{ctx, io, 2 * std::size_t{opt.clients} * opt.size, false};
     server_state st;
@@ -182,7 +185,7 @@ int main(int argc, char** argv) try {
         ::asio::co_spawn(io, echo(server, st, k, opt.size), keep);
     std::uint32_t good = 0, finished = 0;
     for (std::uint32_t i = 0; i < opt.clients; ++i)
-        ::asio::co_spawn(io, client(to, clients, i, opt, good, finished), keep);
+        ::asio::co_spawn(io, client(eng, to, clients, i, opt, good, finished), keep);
     // One thread, one io_context, until every client has finished (bounded).
     auto const deadline = std::chrono::steady_clock::now() + 120s;
     while (finished < opt.clients && !failure && std::chrono::steady_clock::now() < deadline)
@@ -191,9 +194,11 @@ int main(int argc, char** argv) try {
     if (finished < opt.clients) throw std::runtime_error("the clients did not finish within 120 s");
     double const s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     unsigned long long const total = std::uint64_t{opt.clients} * opt.messages;
+    auto const threads =
+        std::distance(std::filesystem::directory_iterator{"/proc/self/task"}, std::filesystem::directory_iterator{});
     std::printf("asio_echo_server: %u coroutine clients on one io_context; %llu echoes, %u verified of %llu; "
-                "one PD, MR, SRQ and CQ on the server; %.3f s\n",
-                opt.clients, static_cast<unsigned long long>(st.echoed), good, total, s);
+                "one PD, MR, SRQ and CQ on the server; %.3f s; %ld thread(s)\n",
+                opt.clients, static_cast<unsigned long long>(st.echoed), good, total, s, static_cast<long>(threads));
     io.stop();
     return good == total ? 0 : 1;
 } catch (rx::error const& e) {
