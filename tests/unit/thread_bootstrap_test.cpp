@@ -1,6 +1,8 @@
 // The in-process bootstrap (rdmacxx/bootstrap/threads.hpp): threads as ranks, every wait bounded.
 #include "rdmacxx/bootstrap/threads.hpp"
 
+#include "device/bootstrap_support.hpp" // run_ranks (no device needed)
+
 #include <doctest/doctest.h>
 
 #include <array>
@@ -14,24 +16,7 @@
 namespace {
 namespace rx = rdmacxx;
 
-// Runs `body(bootstrap)` on one thread per rank of `world` and returns each rank's exception
-// (null where it returned). Every wait inside is bounded by the world's timeout.
-std::vector<std::exception_ptr> run_ranks(rx::thread_world& world, std::function<void(rx::thread_bootstrap&)> body) {
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world.size()));
-    std::vector<std::thread> threads;
-    threads.reserve(errors.size());
-    for (int r = 0; r < world.size(); ++r)
-        threads.emplace_back([&, r, boot = world.bootstrap(r)]() mutable {
-            try {
-                body(boot);
-            } catch (...) {
-                errors[static_cast<std::size_t>(r)] = std::current_exception();
-            }
-        });
-    for (auto& t : threads)
-        t.join();
-    return errors;
-}
+using test::run_ranks;
 
 std::byte b(std::size_t v) { return static_cast<std::byte>(v & 0xff); }
 } // namespace

@@ -84,20 +84,11 @@ template <class Connection, class Start>
 ::asio::awaitable<std::optional<Connection>> run(Start start) {
     cm::engine eng;
     auto descriptor = watch(co_await ::asio::this_coro::executor, eng.channel());
-    std::exception_ptr error;
-    std::optional<Connection> result;
-    bool finished = false;
-    start(eng, [&](std::exception_ptr e, std::optional<Connection> c) {
-        error = std::move(e);
-        result = std::move(c);
-        finished = true;
-    });
-    co_await drive(eng, descriptor, finished);
-    if (error) std::rethrow_exception(error);
-    descriptor.close(); // before the monitor thread takes the channel's events
-    result->monitor().leave();
-    result->watch_own_channel();
-    co_return result;
+    cm::detail::outcome<Connection> out;
+    start(eng, out.handler());
+    co_await drive(eng, descriptor, out.finished);
+    if (!out.error) descriptor.close(); // before the monitor thread takes the channel's events
+    co_return out.take();
 }
 
 template <transport Transport, completion_strategy Completion>

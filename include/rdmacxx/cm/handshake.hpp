@@ -302,26 +302,46 @@ void launch(engine& eng, std::unique_ptr<Handshake> h) {
         eng.start(std::move(h));
 }
 
+/// Where a driver that runs one handshake on an engine of its own (blocking, or one Asio
+/// operation) keeps its outcome: `handler()` is the handshake's `done`; once `finished`,
+/// `take()` returns the connection alone on its channel, its monitor thread watching it (RC,
+/// UC), or throws the handshake's error.
+template <class Connection>
+struct outcome {
+    std::exception_ptr error;
+    std::optional<Connection> result;
+    bool finished = false;
+
+    /// The `done` of the handshake (refers to this outcome, which must outlive the handshake).
+    [[nodiscard]] auto handler() {
+        return [this](std::exception_ptr e, std::optional<Connection> c) {
+            error = std::move(e);
+            result = std::move(c);
+            finished = true;
+        };
+    }
+
+    /// The connection, off the engine and watched by its own thread.
+    /// @throws the handshake's error; std::system_error when the monitor thread cannot start.
+    Connection take() {
+        if (error) std::rethrow_exception(error);
+        result->monitor().leave();
+        result->watch_own_channel();
+        return std::move(*result);
+    }
+};
+
 /// The blocking driver: runs what `start(engine&, done)` begins on an engine of its own until
 /// it finishes, and returns the connection with a monitor thread on its channel (RC, UC), or
 /// throws the handshake's error. Each step is bounded by its deadline; "forever" waits.
 template <class Connection, class Start>
 Connection run_blocking(Start&& start) {
     engine eng;
-    std::exception_ptr error;
-    std::optional<Connection> result;
-    bool finished = false;
-    start(eng, [&](std::exception_ptr e, std::optional<Connection> c) {
-        error = std::move(e);
-        result = std::move(c);
-        finished = true;
-    });
-    while (!finished)
+    outcome<Connection> out;
+    start(eng, out.handler());
+    while (!out.finished)
         (void)eng.wait(std::chrono::milliseconds::max());
-    if (error) std::rethrow_exception(error);
-    result->monitor().leave();
-    result->watch_own_channel();
-    return std::move(*result);
+    return out.take();
 }
 
 } // namespace detail
