@@ -8,6 +8,7 @@
 #include "rdmacxx/verbs.hpp"
 
 #include "rdmacxx/mad/attributes.hpp"
+#include "rdmacxx/mad/error.hpp"
 #include "rdmacxx/mad/fields.hpp"
 #include "rdmacxx/mad/packet.hpp"
 #include "rdmacxx/mad/types.hpp"
