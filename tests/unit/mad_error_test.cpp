@@ -130,10 +130,10 @@ TEST_CASE("dump_detailed: level 1 stacks the context, level 2 adds both packets 
         CHECK(rest.find("E:       Status: 0x300\n", reply_at) != std::string::npos);
         CHECK(rest.find("E:       (Status: class-specific status 3)\n", reply_at) != std::string::npos);
         CHECK(rest.find("E:     PathRecord\nE:       ServiceID: 0x0\n", reply_at) != std::string::npos);
-        CHECK(rest.find("E:     bytes (256)\nE:         0 01030281\nE:         4 03000000\n"
-                        "E:         8 00000000\nE:        12 00001234\n",
+        CHECK(rest.find("E:     bytes (256)\nE:         0 01030281 03000000 00000000 00001234\n"
+                        "E:        16 00350000 00000000 00000000 00000000\n",
                         reply_at) != std::string::npos);
-        CHECK(rest.find("E:         0 01030201\n") < reply_at); // the request's first word, before the reply
+        CHECK(rest.find("E:         0 01030201 00000000 00000000 00001234\n") < reply_at); // the request's, before
     }
 }
 

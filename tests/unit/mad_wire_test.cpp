@@ -225,11 +225,11 @@ TEST_CASE("print shows each field by its specification name, in wire order") {
     CHECK(s.find("  SL: 3\n") > s.find("  P_Key: 0xffff\n"));
 }
 
-TEST_CASE("print_hex writes 4 bytes to a line after the offset") {
-    auto const b = hex_bytes("01020304 05060708 09");
+TEST_CASE("print_hex writes 16 bytes to a line, as 32-bit words, after the offset") {
+    auto const b = hex_bytes("01020304 05060708 090a0b0c 0d0e0f10 11121314 15");
     std::ostringstream os;
     mad::print_hex(os, b, "> ");
-    CHECK(os.str() == ">   0 01020304\n>   4 05060708\n>   8 09\n");
+    CHECK(os.str() == ">   0 01020304 05060708 090a0b0c 0d0e0f10\n>  16 11121314 15\n");
 }
 
 TEST_CASE("packet: the header, the SA headers and the attribute at the class's data offset") {
@@ -297,7 +297,7 @@ TEST_CASE("print_packet decodes the header, the SA headers and a PathRecord, the
     CHECK(s.find("E:     (Status: class-specific status 3)\n") != std::string::npos);
     CHECK(s.find("E:   SAHeader\n") != std::string::npos);
     CHECK(s.find("E:   PathRecord\n") != std::string::npos);
-    CHECK(s.find("E:   bytes (256)\nE:       0 01030281\nE:       4 03000000\n") != std::string::npos);
+    CHECK(s.find("E:   bytes (256)\nE:       0 01030281 03000000 00000000 00000000\n") != std::string::npos);
 }
 
 TEST_CASE("names of classes, methods and statuses as messages print them") {

@@ -170,16 +170,17 @@ void print(std::ostream& os, T const& value, std::string_view lead = {}) {
     });
 }
 
-/// Prints `bytes` in hex, 4 bytes (one 32-bit word of the specification's tables) to a line,
-/// each line `lead`, the byte offset in decimal and the word: `lead` `24 01020304`.
+/// Prints `bytes` in hex, 16 bytes to a line as four 32-bit words (the rows of the
+/// specification's tables), each line `lead`, the offset of its first byte in decimal, and the
+/// words: `lead` `  0 01030281 03000000 00000000 00001234`.
 /// Thread-safety: reentrant.
 inline void print_hex(std::ostream& os, std::span<std::byte const> bytes, std::string_view lead = {}) {
     static constexpr char digits[] = "0123456789abcdef";
-    for (std::size_t at = 0; at < bytes.size(); at += 4) {
+    for (std::size_t at = 0; at < bytes.size(); at += 16) {
         std::string line = std::to_string(at);
         line.insert(0, line.size() < 3 ? 3 - line.size() : 0, ' ');
-        line += ' ';
-        for (std::size_t i = at; i < at + 4 && i < bytes.size(); ++i) {
+        for (std::size_t i = at; i < at + 16 && i < bytes.size(); ++i) {
+            if ((i - at) % 4 == 0) line += ' ';
             auto const b = static_cast<unsigned>(bytes[i]);
             line += digits[b >> 4];
             line += digits[b & 0xfU];

@@ -119,7 +119,7 @@ private:
 /// Prints `p` for a person, each line after `lead`: the common header field by field (with the
 /// Status explained when it is not 0), the RMPP and SA headers of an SA MAD, the attribute when
 /// this library knows it (ClassPortInfo; PathRecord of the SA; PortCounters of PerfMgt), then
-/// the first `length` bytes (256 by default) in hex, 4 to a line.
+/// the first `length` bytes (256 by default) in hex, 16 to a line (`print_hex`).
 /// Thread-safety: reentrant.
 inline void print_packet(std::ostream& os, packet const& p, std::string_view lead = {}, std::size_t length = mad_size) {
     std::string const inner = std::string{lead} + "  ";
