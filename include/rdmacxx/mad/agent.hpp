@@ -129,7 +129,8 @@ public:
     ///         mad_timeout_error (ETIMEDOUT) when no reply came after the retries, saying where
     ///         it was sent from and to; mad_error for a reply with an error status in its common
     ///         bits (e.g. 0x000C: no agent there serves the method and attribute), for a
-    ///         malformed reply, or when umad_send(3) refuses (its errno);
+    ///         malformed reply, or when umad_send(3) refuses (its errno; ETIMEDOUT when no
+    ///         neighbour answers for the GID on RoCE);
     ///         mad_class_error for a class-specific status; sa_path_not_found_error for the SA's
     ///         ERR_NO_RECORDS to a PathRecord query; sys_error when umad_recv(3) fails.
     [[nodiscard]] packet call(packet request, address const& to, rpc_options const& options = {}) {
@@ -266,7 +267,10 @@ private:
                                    static_cast<int>(timeout.count()), static_cast<int>(retries));
         if (rc < 0) {
             int const err = rdmacxx::detail::umad_errno(rc, errno);
-            throw mad_error(std::error_code{err, std::system_category()}, "umad_send refused the " + what, mad);
+            std::string msg = "umad_send refused the " + what;
+            if (err == ETIMEDOUT || err == EHOSTUNREACH)
+                msg += " (the kernel found no link-layer address for the GID: no neighbour answered)";
+            throw mad_error(std::error_code{err, std::system_category()}, std::move(msg), mad);
         }
     }
 

@@ -119,6 +119,9 @@ if first; then
   # Management datagrams (built when Meson finds libibumad): RPCs to this node's own link-local
   # GID, a ping class and a test SA served by threads of the same program (tests/multinode/mad_test.cpp).
   [ -x "$build/tests/mad_test" ] && example mad_loopback timeout 300 "$build/tests/mad_test" -tc='mad loopback'
+  # mad_ping, responder and requester, to this node's own link-local GID.
+  [ -x "$build/examples/mad_ping" ] && server_client mad_ping 3 "$build/examples/mad_ping" -S -c 10 -- \
+    "$build/examples/mad_ping" -c 10 "$(cat "/sys/class/infiniband/$RDMACXX_DEVICE/ports/1/gids/0")"
   # The MPI tests and examples run across nodes (the nodes suite).
   example devinfo "$build/examples/devinfo" -v
   example end_port "$build/examples/end_port" "$RDMACXX_DEVICE/1"
