@@ -6,6 +6,7 @@
 /// within a bound, return a typed result or throw a typed error (rdmacxx/mad/error.hpp) — and,
 /// registered with methods to serve, the responder side: `receive` a request, `respond`.
 
+#include "rdmacxx/detail/quirks.hpp"
 #include "rdmacxx/detail/umad.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/mad/error.hpp"
@@ -75,7 +76,7 @@ public:
     /// @throws as the constructor above; argument_error for a method over 127 or a response method.
     [[nodiscard]] static agent responder(port const& p, std::uint8_t mgmt_class, std::uint8_t class_version,
                                          std::initializer_list<std::uint8_t> methods, std::uint32_t oui = 0) {
-        return agent(p, mgmt_class, class_version, oui, methods);
+        return {p, mgmt_class, class_version, oui, methods};
     }
 
     agent(agent&& o) noexcept
@@ -280,7 +281,7 @@ private:
         auto& backlog = state_->backlog;
         for (auto it = backlog.begin(); it != backlog.end(); ++it)
             if (static_cast<int>(it->agent_id) == id) {
-                received_mad got = std::move(*it);
+                received_mad got = *it;
                 backlog.erase(it);
                 return got;
             }
@@ -302,7 +303,7 @@ private:
             got.kernel_status = ::umad_status(buf.get());
             got.agent_id = static_cast<std::uint32_t>(rc);
             if (rc == id) return got;
-            if (backlog.size() < 64) backlog.push_back(std::move(got));
+            if (backlog.size() < 64) backlog.push_back(got);
         }
     }
 
@@ -310,9 +311,8 @@ private:
                               rpc_options const& o) const {
         std::string msg = what;
         if (from.gid.is_ipv4_mapped() || to.gid.is_ipv4_mapped())
-            msg += " (an IPv4-mapped GID: Linux 6.1's MAD layer drops the replies to MADs sent over RoCE v2 over "
-                   "IPv4; address the peer by its link-local GID)";
-        return mad_timeout_error(std::move(msg), request, o.timeout, o.retries + 1);
+            msg += std::string{" ("} + rdmacxx::detail::quirks::mad_ipv4_reply_dropped + ")";
+        return {std::move(msg), request, o.timeout, o.retries + 1};
     }
 
     std::shared_ptr<detail::mad_port_state> state_;

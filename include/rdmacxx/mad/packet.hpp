@@ -71,12 +71,12 @@ public:
 
     /// The vendor OUI (bytes 37 … 39) of a vendor MAD of range 2.
     [[nodiscard]] std::uint32_t oui() const noexcept {
-        return static_cast<std::uint32_t>(detail::get_bits(bytes_, 37 * 8, 24));
+        return static_cast<std::uint32_t>(detail::get_bits(bytes_, oui_bit_offset, 24));
     }
     /// Writes the vendor OUI (bytes 37 … 39).
     void set_oui(std::uint32_t oui) {
         if (oui > 0xffffffU) throw argument_error("an OUI has 24 bits, not 0x" + rdmacxx::detail::hex(oui));
-        detail::put_bits(bytes_, 37 * 8, 24, oui);
+        detail::put_bits(bytes_, oui_bit_offset, 24, oui);
     }
 
     /// The attribute data of this MAD's class (from `data_offset(MgmtClass)` to the end).
@@ -105,6 +105,8 @@ public:
     friend bool operator==(packet const&, packet const&) = default;
 
 private:
+    static constexpr std::size_t oui_bit_offset = std::size_t{37} * 8; // bytes 37 … 39
+
     std::array<std::byte, mad_size> bytes_{};
 };
 
