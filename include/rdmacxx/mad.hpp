@@ -2,7 +2,8 @@
 /// @file
 /// The management-datagram umbrella: typed MADs over libibumad (the `mad::` namespace): the
 /// wire layout of the MAD headers and attributes, the MAD error family, umad ports opened from
-/// end-port descriptions, and agents that make RPCs (timeouts, retries) and serve a class. Needs libibumad
+/// end-port descriptions, agents that make RPCs (timeouts, retries) and serve a class, and SA
+/// path records (`resolve_path`). Needs libibumad
 /// besides libibverbs (`-libumad -libverbs`; Debian's libibumad-dev). Not part of
 /// rdmacxx/rdmacxx.hpp, which stays verbs and CM.
 
@@ -14,4 +15,5 @@
 #include "rdmacxx/mad/fields.hpp"
 #include "rdmacxx/mad/packet.hpp"
 #include "rdmacxx/mad/port.hpp"
+#include "rdmacxx/mad/sa.hpp"
 #include "rdmacxx/mad/types.hpp"

@@ -13,8 +13,9 @@
 //                  IPv4-mapped GID (RDMACXX_MAD_PEER_V4_GID): a Get/GetResp round trip with its
 //                  payload checked (and round-trip figures), no answer → mad_timeout_error within
 //                  its bound (measured), PerfMgt (no agent there) → the kernel's 0x000C as a
-//                  mad_error, the test SA's ERR_NO_RECORDS → sa_path_not_found_error, a
-//                  PathRecord that is known, the IPv4-mapped GID's dropped reply, and
+//                  mad_error, a PathRecord resolved from the test SA (resolve_path) and applied
+//                  to a QP's settings, its ERR_NO_RECORDS → sa_path_not_found_error, the
+//                  IPv4-mapped GID's dropped reply, and
 //                  dump_detailed level 2 against the packets.
 // Every wait is bounded.
 #include "rdmacxx/mad.hpp"
@@ -243,34 +244,36 @@ void requester(rx::gid const& peer, std::optional<rx::gid> const& peer_v4) {
         }
     }
 
-    // The test SA: a known PathRecord, and ERR_NO_RECORDS → sa_path_not_found_error.
+    // The test SA: a PathRecord resolved and applied to a QP's settings, and ERR_NO_RECORDS →
+    // sa_path_not_found_error with the path's context on top.
     {
-        mad::agent sa(p, mad::mgmt_class::subn_adm, 2);
-        auto query = [&](rx::gid const& dgid) {
-            mad::packet q = sa.make_request(mad::method::get, mad::path_record::id);
-            mad::sa_header h;
-            h.component_mask = mad::path_record::component_dgid;
-            q.set_sa_header(h);
-            mad::path_record pr;
-            pr.dgid = dgid;
-            q.set_attribute(pr);
-            return sa.call(q, to(peer)).attribute<mad::path_record>();
-        };
-        mad::path_record const found = query(peer);
+        mad::agent sa(p, mad::mgmt_class::subn_adm, mad::sa_class_version);
+        rx::gid const self = p.source_gid_for(peer).gid;
+        mad::path_record const found = mad::resolve_path(sa, to(peer), self, peer);
         CHECK(found.dgid == peer);
+        CHECK(found.sgid == self);
         CHECK(found.mtu == 3);
         CHECK(found.p_key == 0xffff);
+        rx::qp_settings settings;
+        mad::apply(found, settings);
+        CHECK(settings.path_mtu == IBV_MTU_1024);
+        CHECK(settings.hop_limit == 1);
         rx::gid const nobody = rx::gid::parse("fe80::dead:beef");
         try {
-            (void)query(nobody);
+            (void)mad::resolve_path(sa, to(peer), self, nobody);
             FAIL("a PathRecord to nobody was found");
         } catch (mad::sa_path_not_found_error const& e) {
             std::cout << "SA: " << e.what() << "\n";
             CHECK(e.class_status() == mad::sa_status::no_records);
+            CHECK(std::string{e.what()}.find("Failed getting a PathRecord from " + self.to_string() +
+                                             " to fe80::dead:beef") == 0);
             CHECK(std::string{e.what()}.find("got class specific error 3: ERR_NO_RECORDS") != std::string::npos);
             REQUIRE(e.reply());
             CHECK(e.reply()->header().status == 0x0300);
+            CHECK(e.request()->attribute<mad::path_record>().dgid == nobody);
         }
+        mad::agent perf(p, mad::mgmt_class::perf_mgt, 1);
+        CHECK_THROWS_AS((void)mad::resolve_path(perf, to(peer), self, peer), rx::argument_error);
     }
 
     // The IPv4-mapped GID: the peer answers, but Linux 6.1 drops the reply; the timeout says so.

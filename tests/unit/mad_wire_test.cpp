@@ -1,8 +1,9 @@
 // The wire layout of the MAD headers and attributes: each one's encoding against bytes written
 // by hand from the InfiniBand specification's tables (bit offsets and widths), decoding back,
-// the checks on bad input, and the field-by-field print.
+// the checks on bad input, the field-by-field print, and a PathRecord applied to QP settings.
 #include "rdmacxx/mad/attributes.hpp"
 #include "rdmacxx/mad/packet.hpp"
+#include "rdmacxx/mad/sa.hpp"
 
 #include <doctest/doctest.h>
 
@@ -311,4 +312,27 @@ TEST_CASE("names of classes, methods and statuses as messages print them") {
     CHECK(mad::sa_status_name(mad::sa_status::no_records) == "ERR_NO_RECORDS");
     CHECK(mad::attribute_name(mad::mgmt_class::perf_mgt, 0x12) == "PMPortCounters");
     CHECK(mad::attribute_name(mad::mgmt_class::perf_mgt, 0x1234) == "attribute 0x1234");
+}
+
+TEST_CASE("apply: a PathRecord's MTU, SL, hop limit, traffic class and flow label go into qp_settings") {
+    mad::path_record p;
+    p.mtu = 5;
+    p.sl = 3;
+    p.hop_limit = 2;
+    p.t_class = 0x10;
+    p.flow_label = 0xabcde;
+    rx::qp_settings s;
+    s.qkey = 7;
+    mad::apply(p, s);
+    CHECK(s.path_mtu == IBV_MTU_4096);
+    CHECK(s.service_level == 3);
+    CHECK(s.hop_limit == 2);
+    CHECK(s.traffic_class == 0x10);
+    CHECK(s.flow_label == 0xabcde);
+    CHECK(s.qkey == 7);
+    p.mtu = 0;
+    rx::qp_settings untouched;
+    CHECK_THROWS_WITH_AS(mad::apply(p, untouched), "PathRecord.MTU = 0 is no path MTU (1 … 5) (Invalid argument)",
+                         rx::argument_error);
+    CHECK_FALSE(untouched.path_mtu);
 }
