@@ -298,6 +298,12 @@ void requester(rx::gid const& peer, std::optional<rx::gid> const& peer_v4) {
     bad.timeout = 0ms;
     CHECK_THROWS_AS((void)ping.call(ping.make_request(mad::method::get, attr_echo), to(peer), bad), rx::argument_error);
     CHECK_THROWS_AS((void)ping.call(ping.make_request(mad::method::get_resp, attr_echo), to(peer)), rx::argument_error);
+    mad::address wide = to(peer);
+    wide.flow_label = 0x100000; // 21 bits
+    CHECK_THROWS_AS((void)ping.call(ping.make_request(mad::method::get, attr_echo), wide), rx::argument_error);
+    wide = to(peer);
+    wide.gid_index = 4000; // not in the table
+    CHECK_THROWS_AS((void)ping.call(ping.make_request(mad::method::get, attr_echo), wide), rx::argument_error);
 }
 
 rx::gid own_link_local() {

@@ -126,7 +126,8 @@ public:
     /// Blocks for at most `options.bound()`.
     /// @returns the reply, whose Status is 0.
     /// @throws argument_error before anything is sent: a request of another class or version, a
-    ///         response method, options out of range, a GID index the port lacks;
+    ///         response method, options out of range, a GID index the port lacks, an address
+    ///         field too wide (QPN over 24 bits, flow label over 20, SL over 15);
     ///         mad_timeout_error (ETIMEDOUT) when no reply came after the retries, saying where
     ///         it was sent from and to; mad_error for a reply with an error status in its common
     ///         bits (e.g. 0x000C: no agent there serves the method and attribute), for a
@@ -197,7 +198,8 @@ public:
     }
 
     /// Sends `reply` (e.g. `make_response(request.mad)` with its attribute set) back to the sender
-    /// of `request`, with a GRH to its GID, from the local GID the request came in on.
+    /// of `request`: with a GRH to its GID from the local GID the request came in on when the
+    /// request had a GRH (always on RoCE), else to its LID without one.
     /// @throws argument_error when `reply` is not a response to `request` (method, TransactionID);
     ///         mad_error when umad_send(3) refuses.
     void respond(received_mad const& request, packet const& reply) {
@@ -206,9 +208,10 @@ public:
         if (!r.is_response() || r.transaction_id != q.transaction_id || r.mgmt_class != q.mgmt_class)
             throw argument_error("not a reply to " + describe(q) + ": " + describe(r) + " with TransactionID 0x" +
                                  rdmacxx::detail::hex(r.transaction_id));
-        std::uint32_t const index = request.from.gid_index ? *request.from.gid_index : 0;
-        send(reply, request.from, index, std::chrono::milliseconds{0}, 0,
-             "reply " + describe(r) + " to " + request.from.gid.to_string());
+        // With a GRH when the request had one (always on RoCE), from the GID it came in on.
+        bool const grh = request.from.gid_index.has_value();
+        send(reply, request.from, grh ? *request.from.gid_index : 0, std::chrono::milliseconds{0}, 0,
+             "reply " + describe(r) + " to " + request.from.gid.to_string(), grh);
     }
 
 private:
@@ -259,10 +262,15 @@ private:
     }
 
     void send(packet const& mad, address const& to, std::uint32_t gid_index, std::chrono::milliseconds timeout,
-              unsigned retries, std::string const& what) {
+              unsigned retries, std::string const& what, bool grh = true) {
+        if (to.qpn > 0xffffffU || to.flow_label > 0xfffffU || to.sl > 15 || gid_index > 255)
+            throw argument_error("cannot send the " + what + ": QPN " + std::to_string(to.qpn) +
+                                 " (24 bits), flow label " + std::to_string(to.flow_label) + " (20 bits), SL " +
+                                 std::to_string(to.sl) + " (0 to 15), GID index " + std::to_string(gid_index) +
+                                 " (0 to 255)");
         detail::umad_buffer buf;
         std::memcpy(buf.mad(), mad.bytes().data(), mad_size);
-        detail::set_address(buf, to, gid_index);
+        detail::set_address(buf, to, gid_index, grh);
         errno = 0;
         int const rc = ::umad_send(state_->fd.get(), id_, buf.get(), static_cast<int>(mad_size),
                                    static_cast<int>(timeout.count()), static_cast<int>(retries));

@@ -82,17 +82,22 @@ private:
     std::vector<std::byte> bytes_;
 };
 
-/// Fills `buf`'s address from `to`, sending from local GID index `gid_index` with a GRH.
-inline void set_address(umad_buffer& buf, address const& to, std::uint32_t gid_index) {
+/// Fills `buf`'s address from `to`, with a GRH sent from local GID index `gid_index` when `grh`
+/// (always on RoCE, where a MAD without one is refused with EINVAL).
+inline void set_address(umad_buffer& buf, address const& to, std::uint32_t gid_index, bool grh = true) {
     (void)::umad_set_addr(buf.get(), to.lid, static_cast<int>(to.qpn), to.sl, static_cast<int>(to.q_key));
+    (void)::umad_set_pkey(buf.get(), to.p_key_index);
     ib_mad_addr_t* a = buf.addr();
+    if (!grh) {
+        a->grh_present = 0;
+        return;
+    }
     a->grh_present = 1;
     a->gid_index = static_cast<std::uint8_t>(gid_index);
     a->hop_limit = to.hop_limit;
     a->traffic_class = to.traffic_class;
     a->flow_label = htonl(to.flow_label);
     std::memcpy(a->gid, to.gid.bytes().data(), 16);
-    (void)::umad_set_pkey(buf.get(), to.p_key_index);
 }
 
 /// The address a received MAD came from, as libibumad reports it (network order fields).
@@ -138,8 +143,9 @@ inline void set_address(umad_buffer& buf, address const& to, std::uint32_t gid_i
 
 /// A umad port: the kernel's MAD interface of one port of an RDMA device
 /// (/dev/infiniband/umadN, root only on Debian), opened from an end-port description. Agents
-/// (`mad::agent`) register on it. The port and its agents share one state: an agent keeps the
-/// descriptor open, so neither order of destruction is wrong. Move-only.
+/// (`mad::agent`) register on it. A handle: copies of a port and its agents share one state
+/// (the descriptor, the TransactionID counter, the backlog), closed when the last of them goes,
+/// so no order of destruction is wrong.
 /// Thread-safety: one thread at a time per port and its agents.
 /// @see umad_open_port(3), umad(4)
 class port {
