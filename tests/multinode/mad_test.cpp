@@ -3,7 +3,8 @@
 //
 // Roles (run by name, -tc=):
 //   mad loopback   one node (tools/check's device suite): the responders below in threads and
-//                  the requester against this node's own link-local GID;
+//                  the requester against this node's own link-local GID; then a PathRecord
+//                  from the test SA connects an RC pair (its path MTU) that moves checked bytes;
 //   mad responder  node 2 (tools/nodes-wire): serves, until a stop request or 150 s, a ping
 //                  class (vendor class 0x32 with OUI 0x001405, as ibping) whose replies carry
 //                  the request's payload inverted, and does not answer attribute 0xDEAD; and a
@@ -315,11 +316,51 @@ rx::gid own_link_local() {
 
 } // namespace
 
+// A PathRecord resolved from the test SA, applied to the settings of an RC pair on this node:
+// the pair connects with its path MTU (1024 bytes) and moves 3 path MTUs of checked bytes.
+void connect_by_path(rx::gid const& self) {
+    mad::port p{""};
+    mad::agent sa(p, mad::mgmt_class::subn_adm, mad::sa_class_version);
+    mad::address sa_at;
+    sa_at.gid = self;
+    mad::path_record const path = mad::resolve_path(sa, sa_at, self, self);
+    rx::qp_settings settings{.remote_access = rx::access::none};
+    mad::apply(path, settings);
+    REQUIRE(settings.path_mtu == IBV_MTU_1024);
+
+    rx::context& ctx = p.where().context();
+    rx::end_port const& port = p.where();
+    rx::protection_domain pd(ctx);
+    rx::completion_queue<rx::busy_poll> cq_a(ctx, 16), cq_b(ctx, 16);
+    rx::queue_pair<rx::rc, rx::busy_poll> a(pd, cq_a, cq_a), b(pd, cq_b, cq_b);
+    a.connect(port, b.local_endpoint(port, settings), settings);
+    b.connect(port, a.local_endpoint(port, settings), settings);
+    CHECK(a.path_mtu_bytes() == 1024);
+    CHECK(b.path_mtu_bytes() == 1024);
+    std::vector<std::byte> src(3072), dst(3072);
+    for (std::size_t i = 0; i < src.size(); ++i)
+        src[i] = static_cast<std::byte>((i * 13 + 5) & 0xffU);
+    auto src_mr = pd.register_memory(std::span{src}, rx::access::none);
+    auto dst_mr = pd.register_memory(std::span{dst}, rx::access::local_write);
+    b.post_recv(rx::recv{dst_mr.span()}.id(2));
+    a.post(rx::send{src_mr.span<std::byte const>()}.id(1));
+    auto const sent = cq_a.wait_one(10s);
+    auto const got = cq_b.wait_one(10s);
+    REQUIRE(sent);
+    REQUIRE(got);
+    CHECK(sent->status() == IBV_WC_SUCCESS);
+    CHECK(got->status() == IBV_WC_SUCCESS);
+    CHECK(got->byte_len() == 3072);
+    CHECK(dst == src);
+    std::cout << "RC pair connected by a PathRecord: path MTU " << a.path_mtu_bytes() << " bytes, 3072 bytes moved\n";
+}
+
 TEST_CASE("mad loopback") {
     rx::gid const self = own_link_local();
     responders r{120s};
     REQUIRE(r.ready == 2);
     requester(self, std::nullopt);
+    connect_by_path(self);
 }
 
 TEST_CASE("mad responder") {
