@@ -295,6 +295,13 @@ void requester(rx::gid const& peer, std::optional<rx::gid> const& peer_v4) {
     // Misuse is refused before anything is sent.
     CHECK_THROWS_AS(mad::agent(p, mad::mgmt_class::subn_lid_routed, 1), rx::argument_error);
     CHECK_THROWS_AS(mad::agent(p, 0x33, 1), rx::argument_error);
+    CHECK_THROWS_AS(mad::agent(p, ping_class, 2, ping_oui), rx::argument_error);
+    {
+        mad::agent moved(p, ping_class, 1, ping_oui);
+        mad::agent const taker = std::move(moved);
+        CHECK(taker.id() >= 0);
+        CHECK_THROWS_AS((void)moved.receive(1ms), rx::argument_error); // NOLINT(bugprone-use-after-move)
+    }
     mad::rpc_options bad;
     bad.timeout = 0ms;
     CHECK_THROWS_AS((void)ping.call(ping.make_request(mad::method::get, attr_echo), to(peer), bad), rx::argument_error);

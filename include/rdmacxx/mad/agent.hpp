@@ -56,18 +56,19 @@ struct rpc_options {
     return reply;
 }
 
-/// A MAD agent: one registration of a management class and version on a `mad::port`. Move-only;
-/// unregisters on destruction. It shares the port's state, so it may outlive the `port` object.
+/// A MAD agent: one registration of a management class and version on a `mad::port`. Move-only
+/// (a moved-from agent refuses to send or receive with `argument_error`); unregisters on
+/// destruction. It shares the port's state, so it may outlive the `port` object.
 /// Thread-safety: one thread at a time per port and its agents.
 /// @see umad_register(3), umad_register_oui(3), umad_send(3), umad_recv(3)
 class agent {
 public:
     /// Registers an agent for `mgmt_class` and `class_version` that sends requests and receives
     /// their replies (no unsolicited MADs). For a vendor class of range 2 (0x30 … 0x4F) `oui`
-    /// names the vendor (24 bits) and the class version is 1 (umad_register_oui(3)).
+    /// names the vendor (24 bits) and the class version must be 1 (umad_register_oui(3)).
     /// @throws argument_error for an SMP class (0x01, 0x81: QP0 is not for users), a vendor
-    ///         class without an OUI, or an OUI over 24 bits; not_supported_error when the kernel
-    ///         refuses the class (EPROTONOSUPPORT: a RoCE port has no QP0); sys_error otherwise.
+    ///         class without an OUI, with an OUI over 24 bits or a class version other than 1; not_supported_error when
+    ///         the kernel refuses the class (EPROTONOSUPPORT: a RoCE port has no QP0); sys_error otherwise.
     agent(port const& p, std::uint8_t mgmt_class, std::uint8_t class_version, std::uint32_t oui = 0)
         : agent(p, mgmt_class, class_version, oui, {}) {}
 
@@ -191,6 +192,7 @@ public:
     /// @returns the request and its sender, or empty when none came in time.
     /// @throws sys_error when umad_recv(3) fails.
     [[nodiscard]] std::optional<received_mad> receive(std::chrono::milliseconds timeout) {
+        check_live();
         auto const deadline = std::chrono::steady_clock::now() + timeout;
         while (auto got = receive_for(id_, deadline))
             if (!got->mad.header().is_response()) return got;
@@ -203,6 +205,7 @@ public:
     /// @throws argument_error when `reply` is not a response to `request` (method, TransactionID);
     ///         mad_error when umad_send(3) refuses.
     void respond(received_mad const& request, packet const& reply) {
+        check_live();
         mad_header const q = request.mad.header();
         mad_header const r = reply.header();
         if (!r.is_response() || r.transaction_id != q.transaction_id || r.mgmt_class != q.mgmt_class)
@@ -224,6 +227,9 @@ private:
             throw argument_error("cannot register an agent " + what + ": the subnet management classes use QP0");
         if (is_vendor_oui_class(mgmt_class) && (oui == 0 || oui > 0xffffffU))
             throw argument_error("an agent " + what + " needs an OUI of 24 bits, not 0x" + rdmacxx::detail::hex(oui));
+        if (is_vendor_oui_class(mgmt_class) && class_version != 1)
+            throw argument_error("cannot register an agent " + what +
+                                 ": umad_register_oui(3) registers the vendor classes 0x30 to 0x4F at version 1");
         rdmacxx::detail::umad_method_mask mask;
         for (std::uint8_t const m : methods) {
             if (m >= 128 || (m & method::response) != 0)
@@ -249,7 +255,12 @@ private:
         if (id_ >= 0 && state_) (void)::umad_unregister(state_->fd.get(), std::exchange(id_, -1));
     }
 
+    void check_live() const {
+        if (!state_ || id_ < 0) throw argument_error("a moved-from mad::agent cannot send or receive");
+    }
+
     void check_call(mad_header const& h, rpc_options const& o) const {
+        check_live();
         if (h.mgmt_class != mgmt_class_ || h.class_version != class_version_ || h.base_version != base_version)
             throw argument_error("an agent for " + class_name(mgmt_class_) + " version " +
                                  std::to_string(class_version_) + " cannot send " + describe(h) + " (BaseVersion " +
