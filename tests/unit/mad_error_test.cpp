@@ -1,5 +1,7 @@
 // The MAD error family: which error a reply's Status makes, the messages, the codes, and
-// dump_detailed at levels 1 and 2 (the request and reply packets, field by field and in hex).
+// dump_detailed at levels 1 and 2 (the request and reply packets, field by field and in hex);
+// make_response, the RPC's bound and the method mask agents register with.
+#include "rdmacxx/mad/agent.hpp"
 #include "rdmacxx/mad/error.hpp"
 
 #include <doctest/doctest.h>
@@ -142,4 +144,43 @@ TEST_CASE("a mad_error without packets says so at level 2") {
     std::ostringstream os;
     e.dump_detailed(os, "", 2);
     CHECK(os.str().find("  request: none\n  reply: none\n") != std::string::npos);
+}
+
+TEST_CASE("make_response: GetResp for a Get or a Set, with the request's TransactionID, data and the Status") {
+    auto req = make(0x32, 1, mad::method::get, 0x10);
+    req.set_oui(0x001405);
+    req.data()[0] = std::byte{7};
+    mad::packet const r = mad::make_response(req, 0x000c);
+    CHECK(r.header().method == mad::method::get_resp);
+    CHECK(r.header().transaction_id == 0x1234);
+    CHECK(r.header().status == 0x000c);
+    CHECK(r.oui() == 0x001405);
+    CHECK(r.data()[0] == std::byte{7});
+    CHECK(mad::make_response(make(0x32, 1, mad::method::set, 0x10)).header().method == mad::method::get_resp);
+    CHECK(mad::make_response(make(0x03, 2, mad::method::get_table, 0x35)).header().method ==
+          mad::method::get_table_resp);
+}
+
+TEST_CASE("rpc_options: a call waits at most (retries + 1) x timeout + grace") {
+    mad::rpc_options o;
+    CHECK(o.bound() == std::chrono::milliseconds{4 * 200 + 500});
+    o.timeout = std::chrono::milliseconds{100};
+    o.retries = 2;
+    o.grace = std::chrono::milliseconds{0};
+    CHECK(o.bound() == std::chrono::milliseconds{300});
+}
+
+TEST_CASE("the method mask libibumad takes has bit m set for each method served") {
+    rx::detail::umad_method_mask m;
+    m.set(mad::method::get);
+    m.set(mad::method::set);
+    m.set(127);
+    auto const word = [&](unsigned bit) {
+        return static_cast<unsigned long>(m.words[bit / (8 * sizeof(long))]) >> (bit % (8 * sizeof(long)));
+    };
+    CHECK((word(1) & 1U) == 1U);
+    CHECK((word(2) & 1U) == 1U);
+    CHECK((word(3) & 1U) == 0U);
+    CHECK((word(127) & 1U) == 1U);
+    CHECK((word(0) & 1U) == 0U);
 }
