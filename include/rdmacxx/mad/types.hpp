@@ -172,8 +172,10 @@ inline constexpr std::uint8_t status_prio_suggested = 8;       ///< ERR_STATUS_P
     if (c == mgmt_class::perf_mgt && id == attribute_id::port_counters) return "PMPortCounters";
     static constexpr char digits[] = "0123456789abcdef";
     std::string s = "attribute 0x";
-    for (int shift = 12; shift >= 0; shift -= 4)
-        s += digits[(id >> shift) & 0xfU];
+    for (unsigned shift = 16; shift != 0;) {
+        shift -= 4;
+        s += digits[(static_cast<unsigned>(id) >> shift) & 0xfU];
+    }
     return s;
 }
 
