@@ -132,7 +132,9 @@ inline void set_address(umad_buffer& buf, address const& to, std::uint32_t gid_i
     std::string have;
     for (auto const& e : s.gids) {
         if (e.index == index) return e;
-        have += " " + e.to_string() + ";";
+        have += ' '; // appended piece by piece: g++ 12 -O3 warns falsely (-Wrestrict) on " " + string
+        have += e.to_string();
+        have += ';';
     }
     throw argument_error("no GID index " + std::to_string(index) + " on " + s.where.to_string() + " (its GIDs:" + have +
                              ")",
