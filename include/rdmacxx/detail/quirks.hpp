@@ -64,6 +64,15 @@ inline void zero_remote_address(ibv_send_wr& wr) noexcept {
     wr.wr.rdma.rkey = 0;
 }
 
+/// rxe with the MAD layer of Linux 6.1 (Debian 12): the reply to a MAD sent over RoCE v2 over
+/// IPv4 (from an IPv4-mapped GID) is dropped by the kernel, which matches a reply by the GID it
+/// reads in the received packet's GRH slot, where rxe has put the IPv4 header; the request
+/// arrives and is answered. `mad::port::source_gid_for` sends to a link-local GID from a
+/// link-local one; a call that used an IPv4-mapped GID adds this text to its timeout error.
+inline constexpr char const* mad_ipv4_reply_dropped =
+    "an IPv4-mapped GID: Linux 6.1's MAD layer drops the replies to MADs sent over RoCE v2 over IPv4; "
+    "address the peer by its link-local GID";
+
 } // namespace detail::quirks
 } // namespace v0
 } // namespace rdmacxx

@@ -9,7 +9,7 @@ builds the chosen suites need, then runs the suites (all of them by default, in 
   headers       every public header compiles on its own, g++ and clang++ (meson suite headers)
   unit          the unit tests (no device) of the g++, clang++ and ASan+UBSan builds (suite unit)
   compile-fail  misuse must not compile, with its sentence, g++ and clang++ (suite compile_fail)
-  fuzz          one libFuzzer target per text parser, 6 s each (tools/fuzz)
+  fuzz          one libFuzzer target per parser (text, and MADs from the wire), 6 s each (tools/fuzz)
   consumers     the five ways users pull rdmacxx in, and a program of the verbs alone linked
                 without librdmacm (tools/consumers)
   device        one tools/softroce run (Soft-RoCE; a VM on a host without an RDMA stack): the

@@ -116,6 +116,12 @@ if first; then
   [ -x "$build/examples/asio_read_client" ] &&
     example asio_read_client timeout 300 "$build/examples/asio_read_client" -b "$RDMACXX_ADDR" \
       -S 1048576 -s 4096 -q 8 -r 2
+  # Management datagrams (built when Meson finds libibumad): RPCs to this node's own link-local
+  # GID, a ping class and a test SA served by threads of the same program (tests/multinode/mad_test.cpp).
+  [ -x "$build/tests/mad_test" ] && example mad_loopback timeout 300 "$build/tests/mad_test" -tc='mad loopback'
+  # mad_ping, responder and requester, to this node's own link-local GID.
+  [ -x "$build/examples/mad_ping" ] && server_client mad_ping 3 "$build/examples/mad_ping" -S -c 10 -- \
+    "$build/examples/mad_ping" -c 10 "$(cat "/sys/class/infiniband/$RDMACXX_DEVICE/ports/1/gids/0")"
   # The MPI tests and examples run across nodes (the nodes suite).
   example devinfo "$build/examples/devinfo" -v
   example end_port "$build/examples/end_port" "$RDMACXX_DEVICE/1"

@@ -87,7 +87,7 @@ def suite_headers(ctx: Context) -> None:
 
 
 def suite_fuzz(ctx: Context) -> None:
-    """One libFuzzer target per text parser (tools/fuzz), 6 s each."""
+    """One libFuzzer target per parser (tools/fuzz), 6 s each."""
     done = run(["tools/fuzz", "6"], ctx.top, limit=900, stdout=subprocess.PIPE,
                stderr=subprocess.STDOUT, text=True)
     ran = False
@@ -293,7 +293,7 @@ SUITES: dict[str, Suite] = {
         Suite("compile-fail", (), suite_compile_fail,
               "compile-fail tests (g++, clang++): misuse must not compile, with its sentence",
               ("gcc", "clang")),
-        Suite("fuzz", (), suite_fuzz, "fuzz: one libFuzzer target per text parser (6 s each)"),
+        Suite("fuzz", (), suite_fuzz, "fuzz: one libFuzzer target per parser (6 s each)"),
         Suite("consumers", (), suite_consumers,
               "consumer projects: the five ways users pull rdmacxx in, and verbs without librdmacm"),
         Suite("device", ("gcc", "clang", "asan", "release"), suite_device,

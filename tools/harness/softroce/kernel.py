@@ -42,9 +42,10 @@ GUEST_DIR = Path(__file__).resolve().parent / "guest"
 # crc32_generic must come before rdma_rxe: rxe asks the crypto API for "crc32" when a
 # device is added, and the guest has no modprobe to load it on demand.
 # sch_netem: packet loss and delay on a node's eth0 (tc qdisc ... netem) for fault tests.
+# ib_umad: the MAD interface (/dev/infiniband/umadN) for rdmacxx/mad.hpp.
 # vgem: a software DRM device (/dev/dri/card0) whose buffers export as real dma-bufs, for the
 # DMA-BUF registration tests (Debian's 6.1 kernel is built without CONFIG_UDMABUF).
-GUEST_MODULES = ("crc32_generic virtio_pci 9pnet_virtio 9p rdma_rxe rdma_ucm dummy "
+GUEST_MODULES = ("crc32_generic virtio_pci 9pnet_virtio 9p rdma_rxe rdma_ucm ib_umad dummy "
                  "virtio_net sch_netem vgem").split()
 
 RUNS_KEPT_SECONDS = 24 * 3600  # pruning removes run folders older than this

@@ -129,6 +129,7 @@ def module_setup() -> bool:
     if not (loud("modprobe", "rdma_rxe") and loud("modprobe", "rdma_ucm")):
         say("route module: modprobe rdma_rxe rdma_ucm failed")
         return False
+    quiet("modprobe", "-q", "ib_umad")  # /dev/infiniband/umadN for rdmacxx/mad.hpp; optional
     # A run killed with SIGKILL may have left these behind.
     if quiet("rdma", "link", "show", f"{DEVICE}/1"):
         say(f"route module: {DEVICE} already exists; not touching it")
