@@ -14,8 +14,10 @@
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/error.hpp>
+#include <asio/execution/outstanding_work.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
+#include <asio/prefer.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <chrono>
@@ -54,29 +56,36 @@ public:
     }
     cm_engine(cm_engine const&) = delete;
     cm_engine& operator=(cm_engine const&) = delete;
-    /// Stops (the waits complete cancelled, touching nothing of it), then destroys the engine.
-    ~cm_engine() { stop(); }
+    /// Stops (waits that complete afterwards touch nothing of it), then destroys the engine.
+    ~cm_engine() {
+        *alive_ = false;
+        stop();
+    }
 
     /// The engine (to make listeners on, or to start work on directly; call `arm()` after).
     [[nodiscard]] cm::engine& engine() noexcept { return engine_; }
     /// The executor.
     [[nodiscard]] ::asio::any_io_executor get_executor() noexcept { return descriptor_.get_executor(); }
 
-    /// Starts waiting, if it is not: the operations call it.
+    /// Starts waiting if it is not, and brings the timer forward to the engine's next deadline if
+    /// that comes sooner: the operations call it.
     void arm() {
-        if (armed_) return;
+        if (armed_) {
+            if (auto const t = engine_.timeout(); t && std::chrono::steady_clock::now() + *t < timer_.expiry())
+                arm_timer(); // a handshake started meanwhile has an earlier deadline
+            return;
+        }
         armed_ = true;
-        auto const alive = alive_;
-        descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read, [this, alive](std::error_code ec) {
-            if (!*alive || ec == ::asio::error::operation_aborted) return;
-            wake();
-        });
+        ++generation_;
+        descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read, on_wake());
         arm_timer();
     }
 
-    /// Cancels the waits: nothing is processed until the next operation starts.
+    /// Cancels the waits: nothing is processed until the next operation starts (a wait that had
+    /// completed already is ignored).
     void stop() noexcept {
         armed_ = false;
+        ++generation_;
         std::error_code ignored;
         descriptor_.cancel(ignored);
         timer_.cancel();
@@ -86,29 +95,42 @@ private:
     void arm_timer() {
         auto wait = idle_check;
         if (auto const t = engine_.timeout()) wait = std::min(wait, *t);
-        timer_.expires_after(wait);
-        auto const alive = alive_;
-        timer_.async_wait([this, alive](std::error_code ec) {
-            if (!*alive || ec == ::asio::error::operation_aborted) return;
-            wake();
-        });
+        timer_.expires_after(wait); // cancels a wait still pending: it completes aborted
+        timer_.async_wait(on_wake());
     }
 
-    // The descriptor or the timer fired: process, then wait again while there is work.
+    // The handler of both waits: wakes the engine unless it was stopped, destroyed or re-armed
+    // since (a wait that completed before its cancel still runs its handler).
+    struct waker {
+        cm_engine* self;
+        std::shared_ptr<bool> alive;
+        std::uint64_t generation;
+        void operator()(std::error_code ec) const {
+            if (!*alive || ec == ::asio::error::operation_aborted || generation != self->generation_) return;
+            self->wake();
+        }
+    };
+    [[nodiscard]] waker on_wake() { return {this, alive_, generation_}; }
+
+    // The descriptor or the timer fired: process, then wait again while there is work — also
+    // when a completion or callback threw out of process() (the exception then leaves run()).
     void wake() {
-        std::error_code ignored;
-        descriptor_.cancel(ignored);
-        timer_.cancel();
-        armed_ = false;
+        stop();
+        struct rearm {
+            cm_engine& self;
+            ~rearm() {
+                if (self.engine_.pending() != 0 || self.engine_.registered() != 0) self.arm();
+            }
+        } const again{*this};
         (void)engine_.process();
-        if (engine_.pending() != 0 || engine_.registered() != 0) arm();
     }
 
     cm::engine engine_;
     ::asio::posix::stream_descriptor descriptor_;
     ::asio::steady_timer timer_;
     bool armed_ = false;
-    // Read by the handlers of waits cancelled by the destructor, which may run after it.
+    std::uint64_t generation_ = 0; // of the current waits: older ones are ignored
+    // Read by the handlers of waits that complete after the destructor ran.
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 
 public:
@@ -124,10 +146,15 @@ namespace detail {
 /// an address that does not resolve) still has it to complete with the error.
 template <class Connection, class Handler>
 struct post_outcome {
+    post_outcome(Handler h, ::asio::any_io_executor const& fallback)
+        : handler(std::move(h)), work(::asio::prefer(::asio::get_associated_executor(handler, fallback),
+                                                     ::asio::execution::outstanding_work.tracked)) {}
     Handler handler;
-    ::asio::any_io_executor fallback;
+    // The handler's executor, kept busy until the completion is posted to it (its run() does not
+    // return meanwhile, even when it is another context than the engine's).
+    ::asio::any_io_executor work;
     void operator()(std::exception_ptr error, std::optional<Connection> c) {
-        auto ex = ::asio::get_associated_executor(handler, fallback);
+        auto ex = std::move(work);
         ::asio::post(ex, [h = std::move(handler), error = std::move(error), c = std::move(c)]() mutable {
             std::move(h)(std::move(error), std::move(c));
         });
@@ -138,8 +165,7 @@ struct post_outcome {
 /// what `start` throws completes the handler with it.
 template <class Connection, class Handler, class Start>
 void initiate(cm_engine& eng, Handler handler, Start start) {
-    auto outcome = std::make_shared<post_outcome<Connection, Handler>>(
-        post_outcome<Connection, Handler>{std::move(handler), eng.get_executor()});
+    auto outcome = std::make_shared<post_outcome<Connection, Handler>>(std::move(handler), eng.get_executor());
     try {
         start([outcome](std::exception_ptr error, std::optional<Connection> c) {
             (*outcome)(std::move(error), std::move(c));
@@ -237,8 +263,8 @@ private:
     cm::listener<Transport> listener_; // last: destroyed first, so no request arrives into the rest
 };
 
-/// Accepts the next connect request of `acceptor` (waiting for one without a bound: destroy the
-/// acceptor, or race it with a timer, to stop) as `cm::accept(engine, request, shared, opt, done,
+/// Accepts the next connect request of `acceptor` (waiting for one without a bound; not
+/// cancellable yet: an Asio `||` with a timer waits for it too) as `cm::accept(engine, request, shared, opt, done,
 /// before_accept)` does: the QP made on `shared`, `before_accept(connection&)` called before the
 /// accept is sent (post receives there, or note the QP: a client may send before the
 /// completion runs), `established` awaited within `opt.deadlines.accept` by the reactor. The
@@ -251,6 +277,13 @@ auto async_accept(cm_acceptor<Transport>& acceptor, cm::resources<Completion> co
     return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
         [&acceptor, shared](auto handler, cm::connection_options o, BeforeAccept ba) {
             cm_engine& eng = acceptor.engine();
+            try { // bad input fails now, not on the next client's request
+                cm::check_private_data(o.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
+            } catch (...) {
+                detail::initiate<connection>(eng, std::move(handler),
+                                             [e = std::current_exception()](auto) { std::rethrow_exception(e); });
+                return;
+            }
             acceptor.wait([&eng, shared, h = std::move(handler), o = std::move(o),
                            ba = std::move(ba)](cm::connect_request req) mutable {
                 detail::initiate<connection>(eng, std::move(h), [&](auto done) {
@@ -270,6 +303,13 @@ auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt, 
     return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
         [&acceptor](auto handler, cm::connection_options o) {
             cm_engine& eng = acceptor.engine();
+            try { // bad input fails now, not on the next client's request
+                cm::check_private_data(o.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
+            } catch (...) {
+                detail::initiate<connection>(eng, std::move(handler),
+                                             [e = std::current_exception()](auto) { std::rethrow_exception(e); });
+                return;
+            }
             acceptor.wait([&eng, h = std::move(handler), o = std::move(o)](cm::connect_request req) mutable {
                 detail::initiate<connection>(eng, std::move(h), [&](auto done) {
                     cm::accept<Transport, Completion>(eng.engine(), std::move(req), std::move(o), std::move(done));

@@ -196,7 +196,8 @@ public:
     [[nodiscard]] std::size_t pending() const noexcept { return pending_.size(); }
     /// Listeners and connections whose events the engine takes.
     [[nodiscard]] std::size_t registered() const noexcept { return targets_.size(); }
-    /// Events that named an id the engine does not know (one destroyed meanwhile), dropped.
+    /// Events that named an id the engine does not know (one destroyed meanwhile), dropped (the
+    /// new id of a connect request for a listener gone is destroyed).
     [[nodiscard]] std::size_t stray() const noexcept { return stray_; }
 
     /// @cond
@@ -226,6 +227,9 @@ private:
             return;
         }
         ++stray_;
+        // A request nobody listens for any more: its new id is ours to destroy (the peer sees
+        // its connect fail), or it would leak.
+        if (e.type() == event_type::connect_request) (void)::rdma_destroy_id(e.id());
     }
 
     void expire() {

@@ -43,11 +43,14 @@ struct qp_source {
 
 /// Hands the QP source to `c` (its id resolved or accepted): makes or borrows the resources and
 /// makes the QP on the id, or adopts the user's QP and moves it to INIT with the CM's attributes.
+/// `adopted` is set once a user's QP belongs to the connection (a QP refused by `adopt` — in use,
+/// or on another device — is left as it is).
 template <transport Transport, completion_strategy Completion, post_policy Post>
 void take_qp(connection<Transport, Completion, Post>& c, qp_source<Transport, Completion, Post> const& src,
-             connection_options const& opt) {
+             connection_options const& opt, bool& adopted) {
     if (queue_pair<Transport, Completion, Post>* const qp = src.user.get_if()) {
         c.adopt(*qp);
+        adopted = true;
         c.cm_id().modify_qp(qp->native_handle(), IBV_QPS_INIT, opt.settings);
         return;
     }
@@ -110,7 +113,7 @@ public:
         key_ = c_->cm_id().native_handle();
         c_->set_peer(std::move(peer_data), peer);
         try {
-            take_qp(*c_, src_, opt_);
+            take_qp(*c_, src_, opt_, adopted_);
             prepare(before_accept);
             if (auto* const qp = src_.user.get_if()) {
                 c_->cm_id().modify_qp(qp->native_handle(), IBV_QPS_RTR, opt_.settings);
@@ -128,6 +131,14 @@ public:
         else
             connected_ = true;
     }
+
+    /// A handshake abandoned before it finished (its engine destroyed, or the blocking driver's
+    /// wait failing) leaves a user's QP in ERR, as a failed one does.
+    ~handshake() override {
+        if (!finished_) fail_user_qp();
+    }
+    handshake(handshake const&) = delete;
+    handshake& operator=(handshake const&) = delete;
 
     /// True when the handshake connected without waiting (a UD accept): `finish()` reports it.
     [[nodiscard]] bool connected() const noexcept { return connected_; }
@@ -175,6 +186,7 @@ public:
     }
 
     void finish() override {
+        finished_ = true;
         if (error_) {                     // (take() and expire() end in an error or connected_)
             c_.reset();                   // the id and what the handshake made, before the completion runs
             done_(error_, std::move(c_)); // empty
@@ -183,7 +195,7 @@ public:
         c_->monitor().established();
         try {
             c_->monitor().join(*engine_);
-        } catch (...) { // no room to register it: the connection works, its events go unread
+        } catch (...) { // no room to register it: the connection is torn down with the handshake
             done_(std::current_exception(), std::optional<connection_type>{});
             return;
         }
@@ -240,7 +252,7 @@ private:
     // Route resolved: the QP from its source, then the connect request.
     void send_connect() {
         c_->cm_id().check_settings(opt_.settings, Transport::qp_type, "; nothing was sent");
-        take_qp(*c_, src_, opt_);
+        take_qp(*c_, src_, opt_, adopted_);
         if (auto* const qp = src_.user.get_if())
             c_->cm_id().connect(opt_.settings, opt_.private_data, qp->qp_num(), qp->native_handle()->srq != nullptr);
         else
@@ -275,8 +287,10 @@ private:
         fail_user_qp();
     }
 
-    // A user's QP whose connection failed: to ERR, so what was posted completes flushed.
+    // A user's QP whose connection failed: to ERR, so what was posted completes flushed (only
+    // once the connection took it: a QP refused by `adopt` is someone else's).
     void fail_user_qp() noexcept {
+        if (!adopted_) return;
         if (auto* const qp = src_.user.get_if()) fail_qp(*qp);
     }
 
@@ -291,6 +305,8 @@ private:
     std::chrono::milliseconds limit_{0};
     std::exception_ptr error_;
     bool connected_ = false;
+    bool adopted_ = false;
+    bool finished_ = false;
 };
 
 /// Starts `h` on `eng` (or, connected at once, reports it).

@@ -104,12 +104,13 @@ public:
     }
 
     /// @cond
-    // The passive handshake of this request on `eng`: the request is empty afterwards.
+    // The passive handshake of this request on `eng`: the request is empty afterwards (when the
+    // handshake refuses its input, it keeps its id and data: reject it yourself).
     template <transport Transport, completion_strategy Completion, post_policy Post, class BeforeAccept, class Done>
     void start(engine& eng, detail::qp_source<Transport, Completion, Post> src, connection_options opt,
                BeforeAccept before_accept, Done done) {
         using h = detail::handshake<Transport, Completion, Post, Done, BeforeAccept>;
-        detail::launch(eng, std::make_unique<h>(eng, std::move(id_), std::move(private_data_), conn_, std::move(src),
+        detail::launch(eng, std::make_unique<h>(eng, std::move(id_), private_data_, conn_, std::move(src),
                                                 std::move(opt), std::move(before_accept), std::move(done)));
     }
     /// @endcond
