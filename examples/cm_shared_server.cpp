@@ -113,7 +113,7 @@ private:
         auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
         cm::accept<rx::rc, rx::event_driven>(
             engine_, std::move(req), shared, {},
-            [this, qpn](std::exception_ptr error, std::optional<connection> c) {
+            [this, qpn](std::exception_ptr const& error, std::optional<connection> c) {
                 if (error) {
                     qps_.erase(*qpn);
                     return report(error);

@@ -51,7 +51,7 @@ public:
 
     /// An engine on `ex`, with its own CM event channel.
     /// @throws sys_error when the channel or its duplicate descriptor cannot be made.
-    explicit cm_engine(::asio::any_io_executor ex) : descriptor_(ex), timer_(ex) {
+    explicit cm_engine(::asio::any_io_executor const& ex) : descriptor_(ex), timer_(ex) {
         detail::assign_duplicate(descriptor_, engine_.fd(), "for a CM engine's event channel");
     }
     cm_engine(cm_engine const&) = delete;
