@@ -918,20 +918,12 @@ TEST_CASE("asio: the dispatcher, its channel, its CQs and QPs move and are move-
     d->remove(*cq_b);
 }
 
-namespace {
-// Threads of this process (/proc/self/task).
-std::size_t thread_count() {
-    return static_cast<std::size_t>(
-        std::distance(std::filesystem::directory_iterator{"/proc/self/task"}, std::filesystem::directory_iterator{}));
-}
-} // namespace
-
 TEST_CASE("asio: 16 clients and their server on one cm_engine and one io_context thread: no thread per connection, "
           "every message verified, every departure seen, and run() returns") {
     constexpr int n = 16;
     using conn = rx::cm::connection<rx::rc, rx::busy_poll>;
     ::asio::io_context io;
-    std::size_t const threads0 = thread_count();
+    std::size_t const threads0 = test::proc_entries("/proc/self/task");
     std::vector<conn> served, clients;
     std::vector<std::unique_ptr<test::buffer>> inbox; // one receive per served connection, in accept order
     int ended = 0;
@@ -964,7 +956,8 @@ TEST_CASE("asio: 16 clients and their server on one cm_engine and one io_context
             io.run_for(100ms);
         REQUIRE(served.size() == n);
         REQUIRE(clients.size() == n);
-        CHECK(thread_count() == threads0); // the reactor reads the CM channel: no monitor threads
+        CHECK(test::proc_entries("/proc/self/task") ==
+              threads0); // the reactor reads the CM channel: no monitor threads
         CHECK(eng.engine().registered() == 1 + 2 * n);
 
         // Each client sends its number once; the server side receives them all, byte for byte.
@@ -1006,7 +999,7 @@ TEST_CASE("asio: 16 clients and their server on one cm_engine and one io_context
     auto const t0 = std::chrono::steady_clock::now();
     io.run_for(5s);
     CHECK(std::chrono::steady_clock::now() - t0 < 1s);
-    CHECK(thread_count() == threads0);
+    CHECK(test::proc_entries("/proc/self/task") == threads0);
 }
 
 TEST_CASE("asio: on a cm_engine, bad input and a connect deadline complete the handler with their typed error") {

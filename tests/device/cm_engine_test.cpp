@@ -29,17 +29,6 @@ using test::device_address;
 using rc_connection = cm::connection<rx::rc, rx::busy_poll>;
 using steady = std::chrono::steady_clock;
 
-// Entries of a /proc/self directory: threads (task) or descriptors (fd).
-std::size_t count_entries(char const* dir) {
-    std::size_t n = 0;
-    if (DIR* d = ::opendir(dir)) {
-        while (dirent const* e = ::readdir(d))
-            n += e->d_name[0] != '.' ? 1 : 0;
-        ::closedir(d);
-    }
-    return n;
-}
-
 double ms_since(steady::time_point t) { return std::chrono::duration<double, std::milli>(steady::now() - t).count(); }
 
 // Drives `eng` until `done()` or 30 s.
@@ -85,8 +74,8 @@ TEST_SUITE("cm engine") {
             cm::engine warm;
             cm::listener<rx::rc> l{warm, device_address(), {}, [](cm::connect_request) {}};
         }
-        std::size_t const threads0 = count_entries("/proc/self/task");
-        std::size_t const fds0 = count_entries("/proc/self/fd");
+        std::size_t const threads0 = test::proc_entries("/proc/self/task");
+        std::size_t const fds0 = test::proc_entries("/proc/self/fd");
         {
             cm::engine eng;
             std::vector<std::unique_ptr<rc_connection>> served;
@@ -111,7 +100,7 @@ TEST_SUITE("cm engine") {
                 return served.size() == n &&
                        std::all_of(clients.begin(), clients.end(), [](auto& c) { return c.finished; });
             });
-            CHECK(count_entries("/proc/self/task") == threads0); // no thread per connection, none at all
+            CHECK(test::proc_entries("/proc/self/task") == threads0); // no thread per connection, none at all
             CHECK(eng.pending() == 0);
             CHECK(eng.registered() == 1 + 2 * n); // the listener and both ends of every connection
 
@@ -155,9 +144,9 @@ TEST_SUITE("cm engine") {
             drive(eng, [&] { return ended == n; });
             for (auto& s : served)
                 CHECK(s->qp().state() == IBV_QPS_ERR);
-            CHECK(count_entries("/proc/self/task") == threads0);
+            CHECK(test::proc_entries("/proc/self/task") == threads0);
         }
-        CHECK(count_entries("/proc/self/fd") == fds0);
+        CHECK(test::proc_entries("/proc/self/fd") == fds0);
     }
 
     TEST_CASE("cm engine: a disconnect from the server side reaches the client's on_end") {

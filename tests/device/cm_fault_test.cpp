@@ -572,15 +572,6 @@ private:
     std::map<std::uint32_t, std::unique_ptr<connection>> conns_;
 };
 
-std::size_t entries(char const* dir) {
-    std::size_t n = 0;
-    if (DIR* d = ::opendir(dir)) {
-        while (dirent const* e = ::readdir(d))
-            n += e->d_name[0] != '.' ? 1 : 0;
-        ::closedir(d);
-    }
-    return n;
-}
 } // namespace
 
 TEST_CASE("cm fault: churn on an engine server in one thread: 8 client processes, one killed with SIGKILL every "
@@ -588,8 +579,8 @@ TEST_CASE("cm fault: churn on an engine server in one thread: 8 client processes
           "return to their baseline") {
     constexpr int clients = 8, cycles = 40;
     churn_server srv;
-    std::size_t const threads0 = entries("/proc/self/task");
-    std::size_t const fds0 = entries("/proc/self/fd");
+    std::size_t const threads0 = test::proc_entries("/proc/self/task");
+    std::size_t const fds0 = test::proc_entries("/proc/self/fd");
     std::vector<std::unique_ptr<child_process>> kids(clients);
     std::vector<int> progress(clients, 0); // "echoed" lines seen per slot, since its last spawn
     std::uint32_t next_id = 0;
@@ -644,6 +635,6 @@ TEST_CASE("cm fault: churn on an engine server in one thread: 8 client processes
     run_for(200ms);
     CHECK(srv.engine().pending() == 0);
     CHECK(srv.engine().registered() == 1); // the listener alone
-    CHECK(entries("/proc/self/task") == threads0);
-    CHECK(entries("/proc/self/fd") == fds0);
+    CHECK(test::proc_entries("/proc/self/task") == threads0);
+    CHECK(test::proc_entries("/proc/self/fd") == fds0);
 }

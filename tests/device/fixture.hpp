@@ -4,6 +4,7 @@
 
 #include "rdmacxx/rdmacxx.hpp"
 
+#include <dirent.h>
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -17,6 +18,18 @@
 #include <vector>
 
 namespace test {
+
+/// Entries of a /proc directory, dot entries left out: threads ("/proc/self/task") or open
+/// descriptors ("/proc/self/fd") of this process.
+inline std::size_t proc_entries(char const* dir) {
+    std::size_t n = 0;
+    if (DIR* d = ::opendir(dir)) {
+        while (dirent const* e = ::readdir(d))
+            n += e->d_name[0] != '.' ? 1 : 0;
+        ::closedir(d);
+    }
+    return n;
+}
 
 namespace rx = rdmacxx;
 

@@ -176,6 +176,21 @@ void initiate(cm_engine& eng, Handler handler, Start start) {
     }
     eng.arm();
 }
+
+/// Completes `handler` with the `argument_error` of private data over the accept's limit (posted,
+/// nothing sent) and returns true; false when the data fits. Bad input fails at initiation,
+/// not on the next client's request.
+template <class Connection, transport Transport, class Handler>
+bool refused(cm_engine& eng, Handler& handler, cm::connection_options const& opt) {
+    try {
+        cm::check_private_data(opt.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
+        return false;
+    } catch (...) {
+        initiate<Connection>(eng, std::move(handler),
+                             [e = std::current_exception()](auto) { std::rethrow_exception(e); });
+        return true;
+    }
+}
 } // namespace detail
 
 /// Connects to `destination` on `eng` as `cm::connect<Transport, Completion>(engine, …)` does:
@@ -277,13 +292,7 @@ auto async_accept(cm_acceptor<Transport>& acceptor, cm::resources<Completion> co
     return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
         [&acceptor, shared](auto handler, cm::connection_options o, BeforeAccept ba) {
             cm_engine& eng = acceptor.engine();
-            try { // bad input fails now, not on the next client's request
-                cm::check_private_data(o.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
-            } catch (...) {
-                detail::initiate<connection>(eng, std::move(handler),
-                                             [e = std::current_exception()](auto) { std::rethrow_exception(e); });
-                return;
-            }
+            if (detail::refused<connection, Transport>(eng, handler, o)) return;
             acceptor.wait([&eng, shared, h = std::move(handler), o = std::move(o),
                            ba = std::move(ba)](cm::connect_request req) mutable {
                 detail::initiate<connection>(eng, std::move(h), [&](auto done) {
@@ -303,13 +312,7 @@ auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt, 
     return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
         [&acceptor](auto handler, cm::connection_options o) {
             cm_engine& eng = acceptor.engine();
-            try { // bad input fails now, not on the next client's request
-                cm::check_private_data(o.private_data, cm::private_data_message::accept, cm::port_space_for<Transport>);
-            } catch (...) {
-                detail::initiate<connection>(eng, std::move(handler),
-                                             [e = std::current_exception()](auto) { std::rethrow_exception(e); });
-                return;
-            }
+            if (detail::refused<connection, Transport>(eng, handler, o)) return;
             acceptor.wait([&eng, h = std::move(handler), o = std::move(o)](cm::connect_request req) mutable {
                 detail::initiate<connection>(eng, std::move(h), [&](auto done) {
                     cm::accept<Transport, Completion>(eng.engine(), std::move(req), std::move(o), std::move(done));
