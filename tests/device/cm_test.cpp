@@ -105,9 +105,14 @@ TEST_SUITE("cm") {
                 opt.private_data.assign(server_pd.begin(), server_pd.end());
                 auto req = server.get_request(20s);
                 request_pd.assign(req.private_data().begin(), req.private_data().end());
-                auto conn = req.accept<rx::rc, C>(opt);
-                test::buffer buf(conn.pd(), 4096);
-                conn.qp().post_recv(rx::recv{buf.span()}.id(1));
+                std::optional<test::buffer> in;
+                // The receive before the accept is sent: the client sends the moment it is
+                // connected, and an unposted receive would cost it an RNR retry (or all of them).
+                auto conn = req.accept<rx::rc, C>(opt, [&](auto& c) {
+                    in.emplace(c.pd(), 4096);
+                    c.qp().post_recv(rx::recv{in->span()}.id(1));
+                });
+                test::buffer& buf = *in;
                 // The client sends first; the server answers once its message is in.
                 auto const got = wait_ok(conn.cq());
                 server_got.assign(reinterpret_cast<char const*>(buf.bytes_.data()), got.byte_len());

@@ -506,10 +506,10 @@ TEST_SUITE("multinode") {
             auto const b = word_mr->remote<std::uint64_t>().to_bytes();
             std::copy(a.begin(), a.end(), pdata.begin());
             std::copy(b.begin(), b.end(), pdata.begin() + static_cast<std::ptrdiff_t>(a.size()));
-            opt.private_data.assign(pdata.begin(), pdata.end()); // the accept sends it after this call
             in.emplace(c.pd(), 2);
             c.qp().post_recv(rx::recv{in->slot(0, 0)}.id(0));  // for the WRITE with immediate
             c.qp().post_recv(rx::recv{in->slot(1, 64)}.id(1)); // "done"
+            return pdata;                                      // the accept's private data
         });
         // The WRITE with immediate: 3000 bytes (3 path MTUs) in place, its immediate with it.
         auto wc = conn.cq().wait_one(60s);
