@@ -32,6 +32,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -1002,7 +1003,8 @@ TEST_CASE("asio: 16 clients and their server on one cm_engine and one io_context
     CHECK(test::proc_entries("/proc/self/task") == threads0);
 }
 
-TEST_CASE("asio: on a cm_engine, bad input and a connect deadline complete the handler with their typed error") {
+TEST_CASE("asio: on a cm_engine, bad input, a connect deadline and an acceptor gone complete the handler with their "
+          "typed error") {
     ::asio::io_context io;
     rxa::cm_engine eng{io.get_executor()};
     using conn = rx::cm::connection<rx::rc, rx::busy_poll>;
@@ -1022,6 +1024,27 @@ TEST_CASE("asio: on a cm_engine, bad input and a connect deadline complete the h
         REQUIRE(called);
         CHECK_THROWS_AS(std::rethrow_exception(error), rx::argument_error);
         CHECK(eng.engine().pending() == 0);
+    }
+    SUBCASE("an accept still waiting when its acceptor is destroyed completes with operation_aborted") {
+        std::exception_ptr error;
+        bool called = false;
+        {
+            rxa::cm_acceptor<rx::rc> acceptor{eng, test::device_address(0)};
+            rxa::async_accept<rx::busy_poll>(acceptor, {}, [&](std::exception_ptr e, std::optional<conn> c) {
+                called = true;
+                error = e;
+                CHECK_FALSE(c.has_value());
+            });
+            io.run_for(200ms);
+            CHECK_FALSE(called); // no client: it waits
+        }
+        io.run_for(1s);
+        REQUIRE(called);
+        try {
+            std::rethrow_exception(error);
+        } catch (std::system_error const& e) {
+            CHECK(e.code() == ::asio::error::operation_aborted);
+        }
     }
     SUBCASE("nobody answers the connect request: timeout_error naming the step, within its bound") {
         rx::cm::connection_options opt;

@@ -26,6 +26,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 namespace rdmacxx {
@@ -161,20 +162,42 @@ struct post_outcome {
     }
 };
 
-/// Starts `start(done)` on `eng` for `handler`: the outcome is posted to the handler's executor;
-/// what `start` throws completes the handler with it.
-template <class Connection, class Handler, class Start>
-void initiate(cm_engine& eng, Handler handler, Start start) {
-    auto outcome = std::make_shared<post_outcome<Connection, Handler>>(std::move(handler), eng.get_executor());
+/// The shared outcome of an operation for `handler`: what the handshake's `done` and an abort
+/// both report to (whichever comes first, once).
+template <class Connection, class Handler>
+[[nodiscard]] std::shared_ptr<post_outcome<Connection, Handler>> make_outcome(cm_engine& eng, Handler handler) {
+    return std::make_shared<post_outcome<Connection, Handler>>(std::move(handler), eng.get_executor());
+}
+
+/// Starts `start(done)` on `eng`, its outcome reported to `outcome`; what `start` throws
+/// completes it with that error (nothing was started).
+template <class Connection, class Outcome, class Start>
+void start_on(cm_engine& eng, std::shared_ptr<Outcome> const& outcome, Start start) {
     try {
         start([outcome](std::exception_ptr error, std::optional<Connection> c) {
             (*outcome)(std::move(error), std::move(c));
         });
     } catch (...) {
-        (*outcome)(std::current_exception(), std::nullopt); // nothing was started
+        (*outcome)(std::current_exception(), std::nullopt);
         return;
     }
     eng.arm();
+}
+
+/// Starts `start(done)` on `eng` for `handler`: the outcome is posted to the handler's executor;
+/// what `start` throws completes the handler with it.
+template <class Connection, class Handler, class Start>
+void initiate(cm_engine& eng, Handler handler, Start start) {
+    start_on<Connection>(eng, make_outcome<Connection>(eng, std::move(handler)), std::move(start));
+}
+
+/// What completes a waiting accept whose acceptor is destroyed: `std::system_error`
+/// (`asio::error::operation_aborted`), posted.
+template <class Connection, class Outcome>
+[[nodiscard]] auto aborter(std::shared_ptr<Outcome> const& outcome) {
+    return [outcome] {
+        (*outcome)(std::make_exception_ptr(std::system_error{::asio::error::operation_aborted}), std::nullopt);
+    };
 }
 
 /// Completes `handler` with the `argument_error` of private data over the accept's limit (posted,
@@ -228,7 +251,8 @@ auto async_connect(cm_engine& eng, cm::address const& destination, cm::resources
 
 /// A listener on a `cm_engine`: its connect requests wait here until an `async_accept` takes
 /// them (in order; several `async_accept`s may wait). Destroying it closes the port; requests
-/// not taken are dropped (their peers see a reject) and waiting accepts are destroyed uncalled.
+/// not taken are dropped (their peers see a reject) and waiting accepts complete with
+/// `operation_aborted`.
 /// Not movable.
 /// Thread-safety: as its engine's.
 template <transport Transport>
@@ -237,25 +261,34 @@ public:
     /// Listens on `local` (see `cm::listener`) on `eng`'s channel.
     /// @throws as `cm::listener`'s constructor.
     cm_acceptor(cm_engine& eng, cm::address const& local, cm::listener_options const& opt = {})
-        : engine_(&eng), listener_(eng.engine(), local, opt, [this](cm::connect_request r) {
+        : engine_(&eng), listener_(std::in_place, eng.engine(), local, opt, [this](cm::connect_request r) {
               requests_.push_back(std::move(r));
               serve();
           }) {}
     cm_acceptor(cm_acceptor const&) = delete;
     cm_acceptor& operator=(cm_acceptor const&) = delete;
-    ~cm_acceptor() = default;
+    /// Closes the port (requests not taken are dropped: their peers see a reject), then
+    /// completes every `async_accept` still waiting with `std::system_error`
+    /// (`asio::error::operation_aborted`), posted.
+    ~cm_acceptor() {
+        listener_.reset();
+        requests_.clear();
+        for (auto& w : waiters_)
+            w.abort();
+    }
 
     /// The port listened on (host order).
-    [[nodiscard]] std::uint16_t port() const noexcept { return listener_.port(); }
+    [[nodiscard]] std::uint16_t port() const noexcept { return listener_->port(); }
     /// The listener (its `cm_id().context()` is the device to make shared resources on).
-    [[nodiscard]] cm::listener<Transport>& listener() noexcept { return listener_; }
+    [[nodiscard]] cm::listener<Transport>& listener() noexcept { return *listener_; }
     /// The engine.
     [[nodiscard]] cm_engine& engine() noexcept { return *engine_; }
 
     /// @cond
-    // `take(request)` runs on the next request (now, if one waits).
-    void wait(rdmacxx::detail::callback<void(cm::connect_request)> take) {
-        waiters_.push_back(std::move(take));
+    // `take(request)` runs on the next request (now, if one waits); `abort()` instead when the
+    // acceptor goes first.
+    void wait(rdmacxx::detail::callback<void(cm::connect_request)> take, rdmacxx::detail::callback<void()> abort) {
+        waiters_.push_back({std::move(take), std::move(abort)});
         serve();
         engine_->arm();
     }
@@ -264,18 +297,22 @@ public:
 private:
     void serve() {
         while (!requests_.empty() && !waiters_.empty()) {
-            auto take = std::move(waiters_.front());
+            auto w = std::move(waiters_.front());
             waiters_.pop_front();
             cm::connect_request r = std::move(requests_.front());
             requests_.pop_front();
-            take(std::move(r));
+            w.take(std::move(r));
         }
     }
 
     cm_engine* engine_;
     std::deque<cm::connect_request> requests_;
-    std::deque<rdmacxx::detail::callback<void(cm::connect_request)>> waiters_;
-    cm::listener<Transport> listener_; // last: destroyed first, so no request arrives into the rest
+    struct waiter {
+        rdmacxx::detail::callback<void(cm::connect_request)> take;
+        rdmacxx::detail::callback<void()> abort;
+    };
+    std::deque<waiter> waiters_;
+    std::optional<cm::listener<Transport>> listener_; // closed first by the destructor
 };
 
 /// Accepts the next connect request of `acceptor` (waiting for one without a bound; not
@@ -293,13 +330,15 @@ auto async_accept(cm_acceptor<Transport>& acceptor, cm::resources<Completion> co
         [&acceptor, shared](auto handler, cm::connection_options o, BeforeAccept ba) {
             cm_engine& eng = acceptor.engine();
             if (detail::refused<connection, Transport>(eng, handler, o)) return;
-            acceptor.wait([&eng, shared, h = std::move(handler), o = std::move(o),
-                           ba = std::move(ba)](cm::connect_request req) mutable {
-                detail::initiate<connection>(eng, std::move(h), [&](auto done) {
-                    cm::accept<Transport, Completion>(eng.engine(), std::move(req), shared, std::move(o),
-                                                      std::move(done), std::move(ba));
-                });
-            });
+            auto const outcome = detail::make_outcome<connection>(eng, std::move(handler));
+            acceptor.wait(
+                [&eng, outcome, shared, o = std::move(o), ba = std::move(ba)](cm::connect_request req) mutable {
+                    detail::start_on<connection>(eng, outcome, [&](auto done) {
+                        cm::accept<Transport, Completion>(eng.engine(), std::move(req), shared, std::move(o),
+                                                          std::move(done), std::move(ba));
+                    });
+                },
+                detail::aborter<connection>(outcome));
         },
         token, std::move(opt), std::move(before_accept));
 }
@@ -313,11 +352,14 @@ auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt, 
         [&acceptor](auto handler, cm::connection_options o) {
             cm_engine& eng = acceptor.engine();
             if (detail::refused<connection, Transport>(eng, handler, o)) return;
-            acceptor.wait([&eng, h = std::move(handler), o = std::move(o)](cm::connect_request req) mutable {
-                detail::initiate<connection>(eng, std::move(h), [&](auto done) {
-                    cm::accept<Transport, Completion>(eng.engine(), std::move(req), std::move(o), std::move(done));
-                });
-            });
+            auto const outcome = detail::make_outcome<connection>(eng, std::move(handler));
+            acceptor.wait(
+                [&eng, outcome, o = std::move(o)](cm::connect_request req) mutable {
+                    detail::start_on<connection>(eng, outcome, [&](auto done) {
+                        cm::accept<Transport, Completion>(eng.engine(), std::move(req), std::move(o), std::move(done));
+                    });
+                },
+                detail::aborter<connection>(outcome));
         },
         token, std::move(opt));
 }
