@@ -175,9 +175,7 @@ public:
                 std::error_code ec;
                 while (own_cq_->poll(std::span{drain}, ec) != 0) {}
             } else {
-                ibv_qp_attr attr{};
-                attr.qp_state = IBV_QPS_ERR; // flushes for the borrowed CQ's poller
-                (void)::ibv_modify_qp(own_qp_->native_handle(), &attr, IBV_QP_STATE);
+                monitor_->to_error(); // flushes for the borrowed CQ's poller
             }
             id_.destroy_qp(*own_qp_);
             own_qp_.reset();

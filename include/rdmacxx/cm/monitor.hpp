@@ -191,6 +191,14 @@ public:
         return rc == 0 ? 0 : rdmacxx::detail::cm_errno(rc);
     }
 
+    /// Moves the QP (if any) to ERR now, whatever the state: what is posted completes flushed.
+    /// The one place a CM connection's QP goes to ERR (the end, a failure, a disconnect and the
+    /// connection's teardown all come here).
+    void to_error() noexcept {
+        std::lock_guard lock{mutex_};
+        qp_to_error();
+    }
+
     /// Waits at most `timeout` until the CM reported the end (`disconnected`) — or, with
     /// `or_local`, also until our own `disconnect`. True when it came.
     [[nodiscard]] bool wait_ended(std::chrono::milliseconds timeout, bool or_local) {
