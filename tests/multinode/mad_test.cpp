@@ -154,7 +154,7 @@ class rc_responder {
 public:
     // Makes `reply`, the response to the connect request `got`. The kernel's resend of the same
     // request gets the same answer; a malformed endpoint, another requester or a QP that cannot
-    // be connected gets Status 0x001C (an invalid value in the attribute).
+    // be connected gets Status 0x001C (an invalid value in the attribute), and the exchange fails.
     void answer(mad::port& p, mad::received_mad const& got, mad::packet& reply) {
         try {
             rx::endpoint const remote = rx::endpoint::from_bytes(got.mad.data());
@@ -171,7 +171,7 @@ public:
             std::copy(mine.begin(), mine.end(), reply.data().begin());
         } catch (std::exception const& e) {
             reply = mad::make_response(got.mad, 0x001c);
-            if (!report_.passed) report_.what = std::string{"a connect request refused: "} + e.what();
+            if (!report_.passed) finish(false, std::string{"a connect request refused: "} + e.what());
         }
     }
 
