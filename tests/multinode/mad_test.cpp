@@ -1,35 +1,44 @@
 // Management datagrams over a real wire (rdmacxx/mad.hpp): umad ports, agents, RPCs with
-// timeouts and retries, and the MAD error family, with real MADs between real kernels.
+// timeouts and retries, and the MAD error family, with real MADs between real kernels; and an RC
+// QP connected by a PathRecord.
 //
 // Roles (run by name, -tc=):
 //   mad loopback   one node (tools/check's device suite): the responders below in threads and
-//                  the requester against this node's own link-local GID; then a PathRecord
-//                  from the test SA connects an RC pair (its path MTU) that moves checked bytes;
+//                  the requester against this node's own link-local GID, the RC connection
+//                  included (both of its QPs on this node);
 //   mad responder  node 2 (tools/nodes-wire): serves, until a stop request or 150 s, a ping
 //                  class (vendor class 0x32 with OUI 0x001405, as ibping) whose replies carry
-//                  the request's payload inverted, and does not answer attribute 0xDEAD; and a
-//                  test SA (class 0x03 version 2) that knows PathRecords to its own GID and to
-//                  its caller's, and answers ERR_NO_RECORDS for any other DGID;
+//                  the request's payload inverted, that does not answer attribute 0xDEAD, and
+//                  whose attribute 0x0001 (connect) carries the requester's RC endpoint in the
+//                  Get and, in the GetResp, the endpoint of an RC QP connected to it; that QP
+//                  checks the requester's message byte for byte and sends its own back (the
+//                  role fails unless it did); and a test SA (class 0x03 version 2) that knows
+//                  PathRecords (path MTU 512) to its own GIDs and to its caller's, and answers
+//                  ERR_NO_RECORDS for any other DGID;
 //   mad requester  node 1: against node 2's link-local GID (RDMACXX_MAD_PEER_GID) and
 //                  IPv4-mapped GID (RDMACXX_MAD_PEER_V4_GID): a Get/GetResp round trip with its
 //                  payload checked (and round-trip figures), no answer → mad_timeout_error within
 //                  its bound (measured), PerfMgt (no agent there) → the kernel's 0x000C as a
 //                  mad_error, a PathRecord resolved from the test SA (resolve_path) and applied
-//                  to a QP's settings, its ERR_NO_RECORDS → sa_path_not_found_error, the
-//                  IPv4-mapped GID's dropped reply, and
-//                  dump_detailed level 2 against the packets.
+//                  (apply) to the settings of an RC QP on the record's SGID, connected through
+//                  the connect attribute to node 2's QP on the record's DGID, and 7.6 path MTUs
+//                  moved each way over it, every byte checked, both QPs' path MTU the record's;
+//                  the SA's ERR_NO_RECORDS → sa_path_not_found_error, the IPv4-mapped GID's
+//                  dropped reply, and dump_detailed level 2 against the packets.
 // Every wait is bounded.
 #include "rdmacxx/mad.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -47,6 +56,20 @@ constexpr std::uint32_t ping_oui = 0x001405;
 constexpr std::uint16_t attr_echo = 0x0000;
 constexpr std::uint16_t attr_silent = 0xdead;
 constexpr std::uint16_t attr_stop = 0xffff;
+// Get: the requester's RC endpoint (rdmacxx::endpoint's wire form) in the data; GetResp: the
+// responder's, of a QP connected to it.
+constexpr std::uint16_t attr_connect = 0x0001;
+
+// The test SA's path MTU: 512 bytes (MTU code 2), below rxe's active MTU on a 1500-byte Ethernet
+// (1024), so that a QP whose path MTU is 512 bytes has it from the record.
+constexpr std::uint8_t sa_path_mtu = 2;
+// The RC connection's messages, one each way: 7 path MTUs of 512 bytes and a part.
+constexpr std::size_t rc_message = 7 * 512 + 300;
+constexpr std::uint64_t send_id = 1;
+constexpr std::uint64_t recv_id = 2;
+// The messages' contents: byte i is (i * 13 + seed) mod 256.
+constexpr unsigned from_requester = 5;
+constexpr unsigned from_responder = 11;
 
 std::string env(char const* name) {
     char const* v = std::getenv(name);
@@ -57,22 +80,179 @@ std::string env(char const* name) {
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// The ping class: the reply's data is the request's, each byte inverted; 0xDEAD is never answered.
-void serve_ping(std::atomic<bool>& stop, std::atomic<int>& ready, steady::time_point until) {
+// One end of the RC connection a PathRecord sets up: a QP on `port` (a GID of the path), the
+// message it sends and a buffer for the peer's, `rc_message` bytes each.
+struct rc_end {
+    rx::end_port port;
+    rx::protection_domain pd;
+    rx::completion_queue<rx::event_driven> cq;
+    rx::queue_pair<rx::rc, rx::event_driven> qp;
+    std::vector<std::byte> in = std::vector<std::byte>(rc_message);
+    std::vector<std::byte> out;
+    rx::memory_region in_mr;
+    rx::memory_region out_mr;
+
+    // On `p`'s port, sending from its GID `gid`.
+    rc_end(mad::port const& p, rx::gid const& gid, unsigned seed)
+        : port(p.where().context(), p.where().port_num(), on(gid)), pd(p.where().context()), cq(p.where().context(), 4),
+          qp(pd, cq, cq), out(message(seed)), in_mr(pd.register_memory(std::span{in}, rx::access::local_write)),
+          out_mr(pd.register_memory(std::span{out}, rx::access::none)) {}
+
+    static rx::gid_selector on(rx::gid const& gid) {
+        rx::gid_selector want;
+        want.address = gid;
+        return want;
+    }
+
+    static std::vector<std::byte> message(unsigned seed) {
+        std::vector<std::byte> m(rc_message);
+        for (std::size_t i = 0; i < m.size(); ++i)
+            m[i] = static_cast<std::byte>((i * 13 + seed) & 0xffU);
+        return m;
+    }
+
+    // RESET → RTS towards `remote`, and the receive posted: the peer may send from then on.
+    void connect(rx::endpoint const& remote, rx::qp_settings const& settings) {
+        qp.connect(port, remote, settings);
+        qp.post_recv(rx::recv{in_mr.span()}.id(recv_id));
+    }
+
+    void send() { qp.post(rx::send{out_mr.span<std::byte const>()}.id(send_id)); }
+
+    // Empty when `wc` completes the receive of the peer's message (made with `seed`) with every
+    // byte right; else what is wrong.
+    [[nodiscard]] std::string received(rx::work_completion const& wc, unsigned seed) const {
+        if (wc.status() != IBV_WC_SUCCESS)
+            return std::string{"the receive completed with "} + ::ibv_wc_status_str(wc.status());
+        if (wc.byte_len() != rc_message)
+            return std::to_string(wc.byte_len()) + " bytes received, not " + std::to_string(rc_message);
+        if (in != message(seed)) return "the bytes received are not the peer's";
+        return {};
+    }
+
+    // The path MTU the device holds for the QP (ibv_query_qp), in bytes; 0 when the query fails.
+    [[nodiscard]] std::uint32_t device_path_mtu() const {
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        if (::ibv_query_qp(qp.native_handle(), &attr, IBV_QP_PATH_MTU, &init) != 0) return 0;
+        return rx::mtu_bytes(attr.path_mtu);
+    }
+};
+
+// How the responder's side of the RC connection went, for the thread that checks it.
+struct rc_report {
+    bool passed = false;
+    std::string what = "no requester connected an RC QP";
+};
+
+// The responder's side of the RC connection. A connect request carries the requester's endpoint;
+// the answer carries the endpoint of a QP connected to it (path MTU: the requester's, which is
+// the record's), whose receive is posted before the answer leaves. When the requester's message
+// arrives it is checked, and this side's sent back. Runs in the ping class's thread, without
+// blocking it: `progress` takes the completions there are.
+class rc_responder {
+public:
+    // Makes `reply`, the response to the connect request `got`. The kernel's resend of the same
+    // request gets the same answer; a malformed endpoint, another requester or a QP that cannot
+    // be connected gets Status 0x001C (an invalid value in the attribute), and the exchange fails.
+    void answer(mad::port& p, mad::received_mad const& got, mad::packet& reply) {
+        try {
+            rx::endpoint const remote = rx::endpoint::from_bytes(got.mad.data());
+            if (!end_) {
+                end_.emplace(p, p.source_gid_for(remote.gid).gid, from_responder);
+                settings_.path_mtu = remote.path_mtu;
+                end_->connect(remote, settings_);
+                remote_ = remote;
+                report_.what = "connected to QPN " + std::to_string(remote.qpn) + ", no message came";
+            } else if (remote != remote_) {
+                throw rx::argument_error("a second requester, QPN " + std::to_string(remote.qpn));
+            }
+            auto const mine = end_->qp.local_endpoint(end_->port, settings_).to_bytes();
+            std::copy(mine.begin(), mine.end(), reply.data().begin());
+        } catch (std::exception const& e) {
+            reply = mad::make_response(got.mad, 0x001c);
+            if (!report_.passed) finish(false, std::string{"a connect request refused: "} + e.what());
+        }
+    }
+
+    // Whether the exchange is under way: connected, and not yet checked or failed.
+    [[nodiscard]] bool pending() const noexcept { return end_ && !done_; }
+
+    // Takes the QP's completions, without waiting: the requester's message checked and this
+    // side's sent in answer, then that send's completion.
+    void progress() {
+        if (!pending()) return;
+        std::array<rx::work_completion, 2> wcs{};
+        std::size_t const n = end_->cq.poll(wcs);
+        for (std::size_t i = 0; i < n && !done_; ++i) {
+            if (wcs[i].wr_id() == recv_id) {
+                if (std::string const why = end_->received(wcs[i], from_requester); why.empty())
+                    end_->send();
+                else
+                    finish(false, "the requester's message: " + why);
+            } else if (wcs[i].status() != IBV_WC_SUCCESS) {
+                finish(false, std::string{"the answer's send completed with "} + ::ibv_wc_status_str(wcs[i].status()));
+            } else if (std::uint32_t const mtu = end_->device_path_mtu(); mtu != rx::mtu_bytes(remote_.path_mtu)) {
+                finish(false, "path MTU " + std::to_string(mtu) + " bytes, not the requester's " +
+                                  std::to_string(rx::mtu_bytes(remote_.path_mtu)));
+            } else {
+                finish(true, "QPN " + std::to_string(end_->qp.qp_num()) + " on " + end_->port.gid().gid.to_string() +
+                                 " connected to QPN " + std::to_string(remote_.qpn) + " on " + remote_.gid.to_string() +
+                                 ", path MTU " + std::to_string(mtu) + " bytes: " + std::to_string(rc_message) +
+                                 " bytes received and checked, " + std::to_string(rc_message) + " sent back");
+            }
+        }
+    }
+
+    // Takes completions until the exchange is over or `deadline` passes.
+    void settle(steady::time_point deadline) {
+        while (pending() && steady::now() < deadline) {
+            progress();
+            std::this_thread::sleep_for(1ms);
+        }
+    }
+
+    [[nodiscard]] rc_report const& report() const noexcept { return report_; }
+
+private:
+    void finish(bool passed, std::string what) {
+        done_ = true;
+        report_ = {passed, std::move(what)};
+    }
+
+    std::optional<rc_end> end_;
+    rx::qp_settings settings_;
+    rx::endpoint remote_;
+    bool done_ = false;
+    rc_report report_;
+};
+
+// The ping class: the reply's data is the request's, each byte inverted; 0xDEAD is never
+// answered; a connect request sets up the responder's side of the RC connection, whose report
+// ends in `report` when the thread does.
+void serve_ping(std::atomic<bool>& stop, std::atomic<int>& ready, steady::time_point until, rc_report& report) {
     mad::port p{""};
     auto a = mad::agent::responder(p, ping_class, 1, {mad::method::get}, ping_oui);
+    rc_responder rc; // after the port: its QP goes before the port's device
     ++ready;
     while (!stop && steady::now() < until) {
-        auto got = a.receive(50ms);
+        rc.progress();
+        auto got = a.receive(rc.pending() ? 1ms : 50ms);
         if (!got) continue;
         mad::mad_header const h = got->mad.header();
         if (h.attribute_id == attr_silent) continue;
         mad::packet reply = mad::make_response(got->mad);
-        for (auto& b : reply.data())
-            b = ~b;
+        if (h.attribute_id == attr_connect) {
+            rc.answer(p, *got, reply);
+        } else {
+            for (auto& b : reply.data())
+                b = ~b;
+        }
         a.respond(*got, reply);
         if (h.attribute_id == attr_stop) stop = true;
     }
+    rc.settle(std::min(until, steady::now() + 10s)); // the last completions, after a stop request
+    report = rc.report();
 }
 
 // The test SA: PathRecords to its own GIDs and to the caller's; ERR_NO_RECORDS for others.
@@ -106,7 +286,7 @@ void serve_sa(std::atomic<bool>& stop, std::atomic<int>& ready, steady::time_poi
         r.num_path = 1;
         r.p_key = 0xffff;
         r.mtu_selector = 2;
-        r.mtu = 3; // 1024 bytes
+        r.mtu = sa_path_mtu;
         r.rate_selector = 2;
         r.rate = 3;
         r.packet_life_time = 14;
@@ -119,9 +299,10 @@ struct responders {
     std::atomic<bool> stop{false};
     std::atomic<int> ready{0};
     std::thread ping, sa;
+    rc_report rc; // the responder's side of the RC connection: read it after `wait`
     explicit responders(std::chrono::seconds limit) {
         auto const until = steady::now() + limit;
-        ping = std::thread([this, until] { serve_ping(stop, ready, until); });
+        ping = std::thread([this, until] { serve_ping(stop, ready, until, rc); });
         sa = std::thread([this, until] { serve_sa(stop, ready, until); });
         auto const t0 = steady::now();
         while (ready < 2 && steady::now() - t0 < 10s)
@@ -134,6 +315,12 @@ struct responders {
         if (ping.joinable()) ping.join();
         if (sa.joinable()) sa.join();
     }
+    // Waits for both to stop, then checks the responder's side of the RC connection.
+    void check_rc() {
+        wait();
+        std::cout << "responder's RC QP: " << rc.what << "\n";
+        CHECK_MESSAGE(rc.passed, "the responder's RC QP: " << rc.what);
+    }
     ~responders() {
         stop = true;
         wait();
@@ -144,6 +331,59 @@ mad::address to(rx::gid const& g) {
     mad::address a;
     a.gid = g;
     return a;
+}
+
+// The requester's side of the RC connection: an RC QP on the record's SGID with the settings
+// `path` gives, connected through the ping class's connect attribute to a QP the peer makes on
+// the record's DGID; a message each way, every byte checked; both QPs' path MTU the record's.
+void connect_by_path(mad::port& p, mad::agent& ping, rx::gid const& peer, mad::path_record const& path) {
+    rx::qp_settings settings;
+    mad::apply(path, settings);
+    REQUIRE(settings.path_mtu == IBV_MTU_512);
+    CHECK(settings.hop_limit == 1);
+    std::uint32_t const path_mtu = rx::mtu_bytes(*settings.path_mtu);
+    rc_end mine(p, path.sgid, from_requester);
+    // Below the port's active MTU: a QP with this path MTU has it from the record.
+    CHECK(mine.port.attributes().active_mtu_bytes() > path_mtu);
+
+    rx::endpoint const ours = mine.qp.local_endpoint(mine.port, settings);
+    CHECK(ours.path_mtu == *settings.path_mtu);
+    mad::packet request = ping.make_request(mad::method::get, attr_connect);
+    auto const wire = ours.to_bytes();
+    std::copy(wire.begin(), wire.end(), request.data().begin());
+    auto const t0 = steady::now();
+    rx::endpoint const theirs = rx::endpoint::from_bytes(ping.call(request, to(peer)).data());
+    CHECK(theirs.gid == path.dgid);
+    CHECK(theirs.path_mtu == *settings.path_mtu);
+    mine.connect(theirs, settings);
+    CHECK(mine.device_path_mtu() == path_mtu);
+    CHECK(mine.qp.path_mtu_bytes() == path_mtu);
+    mine.send();
+
+    // The send's completion and the responder's message, which it sends once it has ours.
+    bool sent = false;
+    std::string got = "no message in 10 s";
+    auto const deadline = steady::now() + 10s;
+    for (int n = 0; n < 2;) {
+        auto const wc = mine.cq.wait_one(deadline - steady::now());
+        if (!wc) break;
+        ++n;
+        if (wc->wr_id() == send_id) {
+            CHECK_MESSAGE(wc->status() == IBV_WC_SUCCESS,
+                          "the send completed with " << ::ibv_wc_status_str(wc->status()));
+            sent = true;
+        } else {
+            got = mine.received(*wc, from_responder);
+        }
+    }
+    double const took = ms(steady::now() - t0);
+    CHECK_MESSAGE(sent, "the send did not complete in 10 s");
+    CHECK_MESSAGE(got.empty(), "the responder's message: " << got);
+    if (sent && got.empty())
+        std::cout << "RC QP connected by a PathRecord: QPN " << ours.qpn << " on " << ours.gid << " to QPN "
+                  << theirs.qpn << " on " << theirs.gid << ", path MTU " << mine.device_path_mtu()
+                  << " bytes (the record's; the port's " << mine.port.attributes().active_mtu_bytes() << "), "
+                  << rc_message << " bytes each way, every byte checked, in " << took << " ms (connect MAD included)\n";
 }
 
 // The requester's checks against a peer serving the roles above at `peer` (link-local GID).
@@ -245,7 +485,7 @@ void requester(rx::gid const& peer, std::optional<rx::gid> const& peer_v4) {
         }
     }
 
-    // The test SA: a PathRecord resolved and applied to a QP's settings, and ERR_NO_RECORDS →
+    // The test SA: a PathRecord resolved and used to connect an RC QP, and ERR_NO_RECORDS →
     // sa_path_not_found_error with the path's context on top.
     {
         mad::agent sa(p, mad::mgmt_class::subn_adm, mad::sa_class_version);
@@ -253,12 +493,9 @@ void requester(rx::gid const& peer, std::optional<rx::gid> const& peer_v4) {
         mad::path_record const found = mad::resolve_path(sa, to(peer), self, peer);
         CHECK(found.dgid == peer);
         CHECK(found.sgid == self);
-        CHECK(found.mtu == 3);
+        CHECK(found.mtu == sa_path_mtu);
         CHECK(found.p_key == 0xffff);
-        rx::qp_settings settings;
-        mad::apply(found, settings);
-        CHECK(settings.path_mtu == IBV_MTU_1024);
-        CHECK(settings.hop_limit == 1);
+        connect_by_path(p, ping, peer, found);
         rx::gid const nobody = rx::gid::parse("fe80::dead:beef");
         try {
             (void)mad::resolve_path(sa, to(peer), self, nobody);
@@ -323,58 +560,20 @@ rx::gid own_link_local() {
 
 } // namespace
 
-// A PathRecord resolved from the test SA, applied to the settings of an RC pair on this node:
-// the pair connects with its path MTU (1024 bytes) and moves 3 path MTUs of checked bytes.
-void connect_by_path(rx::gid const& self) {
-    mad::port p{""};
-    mad::agent sa(p, mad::mgmt_class::subn_adm, mad::sa_class_version);
-    mad::address sa_at;
-    sa_at.gid = self;
-    mad::path_record const path = mad::resolve_path(sa, sa_at, self, self);
-    rx::qp_settings settings{.remote_access = rx::access::none};
-    mad::apply(path, settings);
-    REQUIRE(settings.path_mtu == IBV_MTU_1024);
-
-    rx::context& ctx = p.where().context();
-    rx::end_port const& port = p.where();
-    rx::protection_domain pd(ctx);
-    rx::completion_queue<rx::busy_poll> cq_a(ctx, 16), cq_b(ctx, 16);
-    rx::queue_pair<rx::rc, rx::busy_poll> a(pd, cq_a, cq_a), b(pd, cq_b, cq_b);
-    a.connect(port, b.local_endpoint(port, settings), settings);
-    b.connect(port, a.local_endpoint(port, settings), settings);
-    CHECK(a.path_mtu_bytes() == 1024);
-    CHECK(b.path_mtu_bytes() == 1024);
-    std::vector<std::byte> src(3072), dst(3072);
-    for (std::size_t i = 0; i < src.size(); ++i)
-        src[i] = static_cast<std::byte>((i * 13 + 5) & 0xffU);
-    auto src_mr = pd.register_memory(std::span{src}, rx::access::none);
-    auto dst_mr = pd.register_memory(std::span{dst}, rx::access::local_write);
-    b.post_recv(rx::recv{dst_mr.span()}.id(2));
-    a.post(rx::send{src_mr.span<std::byte const>()}.id(1));
-    auto const sent = cq_a.wait_one(10s);
-    auto const got = cq_b.wait_one(10s);
-    REQUIRE(sent);
-    REQUIRE(got);
-    CHECK(sent->status() == IBV_WC_SUCCESS);
-    CHECK(got->status() == IBV_WC_SUCCESS);
-    CHECK(got->byte_len() == 3072);
-    CHECK(dst == src);
-    std::cout << "RC pair connected by a PathRecord: path MTU " << a.path_mtu_bytes() << " bytes, 3072 bytes moved\n";
-}
-
 TEST_CASE("mad loopback") {
     rx::gid const self = own_link_local();
     responders r{120s};
     REQUIRE(r.ready == 2);
     requester(self, std::nullopt);
-    connect_by_path(self);
+    r.stop = true;
+    r.check_rc();
 }
 
 TEST_CASE("mad responder") {
     responders r{150s};
     REQUIRE(r.ready == 2);
     std::cout << "responders ready\n" << std::flush;
-    r.wait();
+    r.check_rc();
     CHECK(r.stop); // the requester's stop came before the 150 s ran out
 }
 

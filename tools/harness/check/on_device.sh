@@ -117,7 +117,8 @@ if first; then
     example asio_read_client timeout 300 "$build/examples/asio_read_client" -b "$RDMACXX_ADDR" \
       -S 1048576 -s 4096 -q 8 -r 2
   # Management datagrams (built when Meson finds libibumad): RPCs to this node's own link-local
-  # GID, a ping class and a test SA served by threads of the same program (tests/multinode/mad_test.cpp).
+  # GID, a ping class and a test SA served by threads of the same program, and two RC QPs of it
+  # connected by a PathRecord from that SA (tests/multinode/mad_test.cpp).
   [ -x "$build/tests/mad_test" ] && example mad_loopback timeout 300 "$build/tests/mad_test" -tc='mad loopback'
   # mad_ping, responder and requester, to this node's own link-local GID.
   [ -x "$build/examples/mad_ping" ] && server_client mad_ping 3 "$build/examples/mad_ping" -S -c 10 -- \
