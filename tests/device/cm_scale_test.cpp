@@ -13,7 +13,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -77,13 +76,7 @@ std::size_t map_count() {
 // `rdma resource show`: "0: rxe0: pd 3 cq 4 qp 3 cm_id 5 mr 2 ctx 2 srq 1", summed over devices.
 std::map<std::string, long> rdma_resources() {
     std::map<std::string, long> counts;
-    FILE* p = ::popen("rdma resource show 2>&1", "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    std::array<char, 512> buf{};
-    while (std::fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr)
-        out += buf.data();
-    REQUIRE(::pclose(p) == 0);
+    std::string const out = test::command_output("rdma resource show");
     std::istringstream lines{out};
     for (std::string line; std::getline(lines, line);) {
         std::istringstream words{line};

@@ -7,11 +7,15 @@
 #include <dirent.h>
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -27,6 +31,45 @@ inline std::size_t proc_entries(char const* dir) {
         while (dirent const* e = ::readdir(d))
             n += e->d_name[0] != '.' ? 1 : 0;
         ::closedir(d);
+    }
+    return n;
+}
+
+/// What `command` (run by /bin/sh) printed on stdout and stderr.
+/// @throws std::runtime_error when it cannot be run or exits with a status other than 0.
+inline std::string command_output(std::string const& command) {
+    FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+    if (p == nullptr) throw std::runtime_error("cannot run " + command);
+    std::string out;
+    std::array<char, 512> buf{};
+    while (std::fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr)
+        out += buf.data();
+    if (int const rc = ::pclose(p); rc != 0)
+        throw std::runtime_error(command + " exited with " + std::to_string(rc) + ": " + out);
+    return out;
+}
+
+/// The QPs of `type` ("RC", "UD", …) that this process holds on this node's devices, as
+/// `rdma resource show qp` lists them (by the thread that made each: every thread alive now).
+inline std::size_t rdma_qps_of_this_process(std::string const& type) {
+    std::vector<std::string> tids;
+    if (DIR* d = ::opendir("/proc/self/task")) {
+        while (dirent const* e = ::readdir(d))
+            if (e->d_name[0] != '.') tids.emplace_back(e->d_name);
+        ::closedir(d);
+    }
+    std::istringstream lines{command_output("rdma resource show qp")};
+    std::size_t n = 0;
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream words{line};
+        bool of_type = false, ours = false;
+        for (std::string key, value; words >> key;) {
+            if (key != "type" && key != "pid") continue;
+            if (!(words >> value)) break;
+            of_type = of_type || (key == "type" && value == type);
+            ours = ours || (key == "pid" && std::find(tids.begin(), tids.end(), value) != tids.end());
+        }
+        n += of_type && ours ? 1 : 0;
     }
     return n;
 }

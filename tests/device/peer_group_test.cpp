@@ -4,11 +4,13 @@
 #include "rdmacxx/bootstrap/threads.hpp"
 
 #include "bootstrap_support.hpp"
+#include "first_use_support.hpp"
 #include "fixture.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -364,4 +366,103 @@ TEST_CASE("peer_group over threads: several exposed spans per rank, in the one e
         CHECK(bad[r] == 0);
         CHECK(received[r] == std::size_t{n} * (16 + 32 * k + 32 + 8)); // headers, then k spans in each record
     }
+}
+
+TEST_CASE("peer_group over threads, connections on first use: a ring of 12 ranks holds 2 RC QPs per rank") {
+    using namespace pg_test;
+    int const n = 12;
+    for (bool const first_use : {true, false}) {
+        CAPTURE(first_use);
+        rx::thread_world world{n, std::chrono::seconds{120}};
+        std::vector<test::ring_report> reports(n);
+        std::size_t rc_qps = 0;
+        auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+            reports[static_cast<std::size_t>(boot.rank())] = test::peer_group_ring(boot, first_use, [&](auto const&) {
+                if (boot.rank() == 0) rc_qps = test::rdma_qps_of_this_process("RC"); // every rank's, made by now
+            });
+        });
+        pg_test::require_all_returned(errors);
+        for (auto const& r : reports)
+            CHECK(r.connected == (first_use ? 2U : n - 1U));
+        CHECK(rc_qps == (first_use ? 2U * n : std::size_t{n} * (n - 1)));
+        MESSAGE(n << " thread-ranks, " << std::string{first_use ? "on first use" : "full mesh"} << ": " << rc_qps
+                  << " RC QPs in the process, group up in " << reports[0].up_ms << " ms, ring in " << reports[0].ring_ms
+                  << " ms");
+    }
+}
+
+TEST_CASE("peer_group, connections on first use: both sides asking at once make one QP pair") {
+    using namespace pg_test;
+    rx::thread_world world{2, std::chrono::seconds{60}};
+    std::size_t rc_qps = 0;
+    std::vector<test::ring_report> reports(2);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        reports[static_cast<std::size_t>(boot.rank())] = test::peer_group_ring(boot, true, [&](auto const&) {
+            if (boot.rank() == 0) rc_qps = test::rdma_qps_of_this_process("RC");
+        });
+    });
+    pg_test::require_all_returned(errors);
+    CHECK(reports[0].connected == 1);
+    CHECK(reports[1].connected == 1);
+    CHECK(rc_qps == 2);
+}
+
+TEST_CASE("peer_group, connections on first use: a peer that does not answer, one that refuses") {
+    using namespace pg_test;
+    using namespace std::chrono_literals;
+    rx::thread_world world{2, std::chrono::seconds{60}};
+    std::atomic<bool> asked{false};
+    double waited_ms = 0;
+    std::string timed_out, refused;
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        rx::context ctx = test::open_test_device();
+        rx::end_port const port(ctx);
+        rx::protection_domain pd(ctx);
+        rx::completion_queue<rx::busy_poll> cq(ctx, 16);
+        rx::peer_group_options opt;
+        opt.connect_on_first_use = true;
+        opt.first_use_timeout = 300ms;
+        // Rank 1 asks the device for more work requests than it allows: it cannot make its QP.
+        if (boot.rank() == 1) opt.caps.max_send_wr = 1U << 30;
+        rx::peer_group<rx::busy_poll> group{boot, port, pd, cq, cq, {}, opt};
+        if (boot.rank() == 0) {
+            // Rank 1 waits in the barrier, not in its group: nobody answers.
+            auto const t0 = std::chrono::steady_clock::now();
+            try {
+                (void)group.qp(1);
+                timed_out = "qp(1) returned";
+            } catch (rx::peer_connect_error const& e) {
+                waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                timed_out = e.what();
+                CHECK(e.code() == std::errc::timed_out);
+                CHECK(e.peer() == 1);
+            }
+            CHECK_FALSE(group.connected(1));
+            boot.barrier();
+            // Rank 1 now answers (progress()), and refuses: its QP cannot be made.
+            try {
+                (void)group.qp(1);
+                refused = "qp(1) returned";
+            } catch (rx::peer_connect_error const& e) {
+                refused = e.what();
+                CHECK(e.code() == std::errc::connection_refused);
+            }
+            asked = true;
+        } else {
+            boot.barrier();
+            auto const until = std::chrono::steady_clock::now() + 10s;
+            while (!asked && std::chrono::steady_clock::now() < until)
+                (void)group.progress();
+            CHECK(asked);
+            CHECK_FALSE(group.connected(0));
+        }
+        boot.barrier();
+    });
+    pg_test::require_all_returned(errors);
+    MESSAGE("no answer: " << timed_out << " (after " << waited_ms << " ms)");
+    MESSAGE("refused: " << refused);
+    CHECK(timed_out.find("did not answer rank 0's first-use handshake within 300 ms") != std::string::npos);
+    CHECK(waited_ms >= 300);
+    CHECK(waited_ms < 5000); // bounded by the timeout, not by a retry loop
+    CHECK(refused.find("rank 1 could not make or connect its side") != std::string::npos);
 }

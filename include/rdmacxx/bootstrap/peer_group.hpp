@@ -6,6 +6,7 @@
 
 #include "rdmacxx/ah.hpp"
 #include "rdmacxx/bootstrap/bootstrap.hpp"
+#include "rdmacxx/bootstrap/first_use.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/detail/wire.hpp"
 #include "rdmacxx/end_port.hpp"
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -48,6 +50,16 @@ struct peer_group_options {
     /// (a write, a read, an atomic on its own counter) and its own receives the way it reaches any
     /// rank's. A rank's own choice: ranks may differ.
     bool loopback = false;
+    /// Make each RC QP only when this rank first asks for it (`qp(r)`), through a handshake with
+    /// rank r over one UD QP per rank (the control QP), instead of one per peer at construction:
+    /// a rank that talks to a few neighbours holds a few QPs. A rank answers its peers'
+    /// handshakes while it calls into the group (`qp()`, `progress()`), so a rank that waits
+    /// elsewhere for a peer's first message calls `progress()` in its loop. Every rank of the
+    /// group must choose alike. With `loopback`, the QP to itself is made at construction.
+    bool connect_on_first_use = false;
+    /// With `connect_on_first_use`, how long `qp(r)` waits for rank r's side of the handshake
+    /// before it throws `peer_connect_error` (`std::errc::timed_out`), in milliseconds.
+    std::chrono::milliseconds first_use_timeout{10'000};
 };
 
 /// Every rank's construction of a `peer_group` failed together, because one or more ranks could
@@ -156,11 +168,13 @@ namespace detail {
 /// | 5 | 1 | status: 0 ready, 1 failed (the reason follows in the status round) |
 /// | 6 | 2 | k, the number of exposed spans (at least 1) |
 /// | 8 | 4 | group size |
-/// | 12 | 4 | flags: bit 0 with UD |
+/// | 12 | 4 | flags: bit 0 with UD, bit 1 connections on first use |
 ///
 /// Only when every header was read, says ready and matches every other: each rank's record (an
 /// allgather: its k `remote_span`s, 32 bytes each, then its UD QP's `endpoint`, 32 bytes, with UD
-/// only) and each rank's endpoint for each rank r, to r only (an alltoall, 32 bytes per rank).
+/// only, then its control QP's `endpoint`, 32 bytes, with connections on first use only) and,
+/// unless on first use, each rank's endpoint for each rank r, to r only (an alltoall, 32 bytes
+/// per rank).
 /// Last, always, a status record (an allgather, 8 bytes: magic `"RXPS"`, version, status, 2
 /// reserved); when any rank failed, a reason record follows (an allgather, 512 bytes: magic
 /// `"RXPF"`, version, reserved, 2-byte length, 504 bytes of text).
@@ -226,8 +240,10 @@ struct peer_group_status {
 /// `rdmacxx/bootstrap/mpi.hpp`, threads through `rdmacxx/bootstrap/threads.hpp`, or any engine):
 /// rank r holds one RC QP per other rank, connected to that rank's QP for r (and, with
 /// `peer_group_options::loopback`, one connected to itself), and knows the `remote_span` each
-/// rank exposed. With `peer_group_options::with_ud` each rank also holds one
-/// UD QP and an address handle to every other rank's UD QP.
+/// rank exposed. With `peer_group_options::connect_on_first_use` it holds only the RC QPs to the
+/// ranks it asked for (`qp(r)`), each made by a handshake with r over one control UD QP per rank
+/// (`rdmacxx/bootstrap/first_use.hpp`): a stencil or a ring holds a few QPs instead of n − 1. With
+/// `peer_group_options::with_ud` each rank also holds one UD QP and an address handle to every other rank's UD QP.
 ///
 /// The constructor is collective and all or nothing: every rank of the bootstrap constructs its
 /// group with the same options, and every rank takes part in every exchange whatever fails
@@ -279,7 +295,8 @@ public:
                                    std::to_string(size_));
         auto const n = static_cast<std::size_t>(size_);
         auto const me = static_cast<std::size_t>(rank_);
-        std::uint32_t const flags = opt.with_ud ? 1U : 0U;
+        bool const first_use = opt.connect_on_first_use;
+        std::uint32_t const flags = (opt.with_ud ? 1U : 0U) | (first_use ? 2U : 0U);
         std::string failure; // what failed on this rank, empty while nothing has
         std::exception_ptr local;
         auto attempt = [&](std::string const& stage, auto&& step) {
@@ -295,13 +312,20 @@ public:
         // This rank's header, its record (its spans and UD endpoint) for every rank, and its
         // endpoint for each rank (zeros for itself unless with loopback).
         std::size_t const header_bytes = detail::peer_group_header::bytes;
-        std::size_t const record = record_bytes(spans_, opt.with_ud);
+        std::size_t const record = record_bytes(spans_, opt.with_ud, first_use);
         std::size_t const ud_at = spans_ * span_bytes;
-        std::vector<std::byte> head(header_bytes), mine(record), blocks(n * endpoint_bytes);
+        std::size_t const control_at = ud_at + (opt.with_ud ? endpoint_bytes : 0);
+        std::vector<std::byte> head(header_bytes), mine(record), blocks(first_use ? 0 : n * endpoint_bytes);
         attempt("creating its QPs", [&] {
             qps_.resize(n);
             for (std::size_t r = 0; r < n; ++r)
-                if (r != me || opt.loopback) qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
+                if ((r != me && !first_use) || (r == me && opt.loopback))
+                    qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
+            if (first_use) {
+                first_use_ = std::make_unique<detail::first_use<Completion>>(
+                    port, pd, send_cq, recv_cq, opt.caps, opt.settings, opt.first_use_timeout, rank_, size_);
+                put(mine.data() + control_at, first_use_->local_endpoint().to_bytes());
+            }
             if (opt.with_ud) {
                 ud_qp_.emplace(pd, send_cq, recv_cq, opt.caps);
                 ud_qp_->activate(port, opt.settings);
@@ -309,8 +333,9 @@ public:
             }
             for (std::size_t i = 0; i < spans_; ++i)
                 put(mine.data() + i * span_bytes, exposed.spans()[i].to_bytes());
-            for (std::size_t r = 0; r < n; ++r)
-                if (qps_[r]) put(blocks.data() + r * endpoint_bytes, qps_[r]->local_endpoint(port).to_bytes());
+            if (!first_use)
+                for (std::size_t r = 0; r < n; ++r)
+                    if (qps_[r]) put(blocks.data() + r * endpoint_bytes, qps_[r]->local_endpoint(port).to_bytes());
         });
         detail::peer_group_header const own{static_cast<std::uint32_t>(n), flags, !failure.empty(), spans_};
         own.write(head.data());
@@ -340,24 +365,32 @@ public:
         }
 
         if (go_on) {
-            std::vector<std::byte> all(record * n), theirs(n * endpoint_bytes);
+            std::vector<std::byte> all(record * n), theirs(blocks.size());
             boot.allgather(std::span<std::byte const>{mine}, std::span<std::byte>{all});
-            boot.alltoall(std::span<std::byte const>{blocks}, std::span<std::byte>{theirs});
+            if (!first_use) boot.alltoall(std::span<std::byte const>{blocks}, std::span<std::byte>{theirs});
             attempt("reading the peers' spans", [&] {
                 remotes_.resize(n * spans_);
                 for (std::size_t r = 0; r < n; ++r)
                     for (std::size_t i = 0; i < spans_; ++i)
                         remotes_[r * spans_ + i] = remote_span<std::byte>::from_bytes(
                             std::span<std::byte const>{all}.subspan(r * record + i * span_bytes));
+                if (!first_use) return;
+                std::vector<endpoint> controls(n);
+                for (std::size_t r = 0; r < n; ++r)
+                    controls[r] = endpoint::from_bytes(
+                        std::span<std::byte const>{all}.subspan(r * record + control_at, endpoint_bytes));
+                first_use_->set_peers(std::move(controls));
             });
             for (std::size_t r = 0; r < n; ++r) {
                 if (qps_[r]) // with loopback, this rank's own QP gets its own endpoint back from the alltoall
                     attempt(r == me ? std::string{"connecting its QP to itself"}
                                     : "connecting to rank " + std::to_string(r),
                             [&] {
-                                auto const at =
-                                    std::span<std::byte const>{theirs}.subspan(r * endpoint_bytes, endpoint_bytes);
-                                qps_[r]->connect(port, endpoint::from_bytes(at), opt.settings);
+                                endpoint const remote =
+                                    first_use ? qps_[r]->local_endpoint(port)
+                                              : endpoint::from_bytes(std::span<std::byte const>{theirs}.subspan(
+                                                    r * endpoint_bytes, endpoint_bytes));
+                                qps_[r]->connect(port, remote, opt.settings);
                             });
                 if (opt.with_ud && r != me)
                     attempt("making the address handle of rank " + std::to_string(r), [&] {
@@ -397,13 +430,38 @@ public:
     /// the QP connected to itself.
     /// @throws argument_error when `peer` is not in [0, size()), or is this rank in a group made
     ///         without loopback.
+    ///
+    /// With `connect_on_first_use`, the first call for a peer makes the QP and runs the
+    /// handshake with it (answering other ranks' handshakes meanwhile), within
+    /// `first_use_timeout`; later calls cost one atomic load more than without.
+    /// @throws argument_error when `peer` is not in [0, size()), or is this rank in a group made
+    ///         without loopback; on first use, peer_connect_error when `peer` did not answer
+    ///         within the timeout or refused, and what making or connecting this rank's QP
+    ///         throws (sys_error, argument_error).
     [[nodiscard]] rc_queue_pair& qp(int peer) {
         if (peer == rank_ && !has_loopback()) [[unlikely]]
             detail::throw_argument("peer_group::qp: rank " + std::to_string(peer) +
                                    " is this rank; a QP to itself needs peer_group_options::loopback");
-        if (peer != rank_) check_peer(peer, "qp");
+        if (peer != rank_) {
+            check_peer(peer, "qp");
+            if (first_use_ && !first_use_->ready(peer)) [[unlikely]]
+                first_use_->ensure(peer, qps_);
+        }
         return *qps_[static_cast<std::size_t>(peer)];
     }
+    /// True when the RC QP to `peer` exists and is connected on both sides (always, for every
+    /// other rank, without `connect_on_first_use`; for this rank, with loopback).
+    [[nodiscard]] bool connected(int peer) const noexcept {
+        if (peer < 0 || peer >= size_) return false;
+        if (peer == rank_) return has_loopback();
+        return first_use_ ? first_use_->ready(peer) : true;
+    }
+    /// With `connect_on_first_use`: answers the handshakes of peers that asked for a QP to this
+    /// rank, without waiting (a rank that waits for a peer's first message outside the group
+    /// calls it in its loop). Without, it does nothing.
+    /// @return how many handshake messages were handled.
+    /// @throws sys_error when the device refuses to post to the control QP.
+    std::size_t progress() { return first_use_ ? first_use_->progress(qps_) : 0; }
     /// True when the group was built with `loopback`: `qp(rank())` exists.
     [[nodiscard]] bool has_loopback() const noexcept {
         return rank_ < static_cast<int>(qps_.size()) && qps_[static_cast<std::size_t>(rank_)].has_value();
@@ -448,12 +506,13 @@ private:
     static constexpr std::size_t endpoint_bytes = endpoint::wire_size;
     static constexpr std::size_t span_bytes = remote_span<std::byte>::wire_size;
 
-    static constexpr std::size_t record_bytes(std::size_t spans, bool with_ud) noexcept {
-        return spans * span_bytes + (with_ud ? endpoint_bytes : 0);
+    static constexpr std::size_t record_bytes(std::size_t spans, bool with_ud, bool first_use) noexcept {
+        return spans * span_bytes + (with_ud ? endpoint_bytes : 0) + (first_use ? endpoint_bytes : 0);
     }
     static std::string describe(std::size_t n, std::uint32_t flags, std::size_t spans) {
         return std::to_string(n) + " ranks, " + ((flags & 1U) != 0 ? "with" : "without") + " UD, " +
-               std::to_string(spans) + " exposed span" + (spans == 1 ? "" : "s");
+               ((flags & 2U) != 0 ? "connections on first use, " : "") + std::to_string(spans) + " exposed span" +
+               (spans == 1 ? "" : "s");
     }
 
     // The status round: every rank says whether it failed; when any did, every rank sends its
@@ -510,6 +569,7 @@ private:
     std::vector<std::optional<address_handle>> ahs_;
     std::vector<std::uint32_t> ud_remotes_;
     std::uint32_t qkey_ = 0;
+    std::unique_ptr<detail::first_use<Completion>> first_use_; // with connect_on_first_use
 };
 
 } // namespace v0
