@@ -7,6 +7,7 @@
 #include <rdmacxx/verbs.hpp>
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace mpi_example {
 namespace rx = rdmacxx;
@@ -42,22 +44,25 @@ rx::work_completion next_completion(Cq& cq, std::chrono::milliseconds limit = st
     return *wc;
 }
 
-// Runs `body(argc, argv)` between MPI_Init and MPI_Finalize; an exception is printed (level 2)
-// and aborts every rank, so that no rank waits for a dead one.
+// Runs `body(argc, argv)` between MPI_Init and MPI_Finalize. An exception is printed with the
+// rank and host (an rdmacxx error at dump_detailed level 2) and aborts every rank, so that no
+// rank waits for a dead one; the abort waits half a second first, so that mpirun forwards the
+// message before it ends the job.
 template <class Body>
 int run(int argc, char** argv, Body body) {
     MPI_Init(&argc, &argv);
     int status = 1;
     try {
         status = body(argc, argv);
-    } catch (rx::error const& e) {
+    } catch (std::exception const& e) {
         int rank = -1;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        e.dump_detailed(std::cerr, "E:", 2);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    } catch (std::exception const& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
+        char host[256] = {};
+        (void)::gethostname(host, sizeof host - 1);
+        std::cerr << "rank " << rank << " on " << host << " failed: " << e.what() << '\n';
+        if (auto const* x = dynamic_cast<rx::error const*>(&e)) x->dump_detailed(std::cerr, "E:", 2);
+        std::cerr.flush();
+        std::this_thread::sleep_for(std::chrono::milliseconds{500});
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     MPI_Finalize();

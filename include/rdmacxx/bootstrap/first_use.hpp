@@ -168,6 +168,7 @@ public:
         peers_ = std::move(peers);
         ahs_.resize(peers_.size());
         mine_.resize(peers_.size());
+        theirs_.resize(peers_.size());
     }
 
     /// True once this rank's QP to `peer` is connected (RTS) to the peer's, which was connected
@@ -282,8 +283,10 @@ private:
         switch (m.what) {
         case first_use_message::request:
             if (!connected(p) && !connect(p, m.qp).empty()) return send(p, first_use_message::refused);
-            return send(p, first_use_message::reply); // again when the first reply was lost
-        case first_use_message::reply:                // the peer replies once its side is connected
+            // Again when the first reply was lost; refused when this rank's QP is connected to
+            // another QP of the peer's (one the peer dropped after it failed to connect it).
+            return send(p, theirs_[p] == m.qp.qpn ? first_use_message::reply : first_use_message::refused);
+        case first_use_message::reply: // the peer replies once its side is connected
             if (connected(p)) return;
             if (std::string why = connect(p, m.qp); !why.empty() && static_cast<int>(p) == asking_)
                 failure_.emplace(std::errc::connection_aborted, "peer_group: rank " + std::to_string(rank_) +
@@ -305,6 +308,7 @@ private:
     std::string connect(std::size_t p, endpoint const& remote) {
         try {
             own_qp(p, *qps_).connect(port_, remote, settings_);
+            theirs_[p] = remote.qpn;
             state_[p].store(1, std::memory_order_release);
             return {};
         } catch (std::exception const& e) {
@@ -344,6 +348,7 @@ private:
     std::optional<std::pair<std::errc, std::string>> failure_; // that peer refused, or connecting to it failed
     std::vector<endpoint> peers_;                              // every rank's control QP
     std::vector<endpoint> mine_;                               // this rank's RC QP for each peer, once made
+    std::vector<std::uint32_t> theirs_;                        // the QPN of each peer's QP it is connected to
     std::vector<std::optional<address_handle>> ahs_;
     std::vector<std::uint32_t> free_sends_;
     std::vector<std::byte> buffer_;
