@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace rx = rdmacxx;
@@ -107,13 +108,18 @@ int main(int argc, char** argv) {
     try {
         boot.emplace();
         return ring(*boot, argc, argv);
-    } catch (rx::error const& e) {
-        std::fprintf(stderr, "rank %d: %s\n", boot ? boot->rank() : -1, e.what());
-        e.dump_detailed(std::cerr, "E:", 2);
     } catch (std::exception const& e) {
-        std::fprintf(stderr, "rank %d: error: %s\n", boot ? boot->rank() : -1, e.what());
+        char host[256] = {};
+        (void)::gethostname(host, sizeof host - 1);
+        std::cerr << "rank " << (boot ? boot->rank() : -1) << " on " << host << " failed: " << e.what() << '\n';
+        if (auto const* x = dynamic_cast<rx::error const*>(&e)) x->dump_detailed(std::cerr, "E:", 2);
+        std::cerr.flush();
     }
-    // The other ranks would wait for this one until their bootstrap's timeout: end the job now.
-    if (boot) (void)::PMIx_Abort(1, "pmix_ring failed", nullptr, 0);
+    // The other ranks would wait for this one until their bootstrap's timeout: end the job now,
+    // half a second after the message, so that the launcher forwards it first.
+    if (boot) {
+        std::this_thread::sleep_for(std::chrono::milliseconds{500});
+        (void)::PMIx_Abort(1, "pmix_ring failed", nullptr, 0);
+    }
     return 1;
 }
