@@ -20,35 +20,16 @@ std::byte pattern(int from, int to, unsigned round, std::size_t k) {
 }
 
 int alltoall(int argc, char** argv) {
-    std::size_t block = std::size_t{64} * 1024;
-    unsigned rounds = 4;
-    std::string device;
-    int ib_port = 1;
-    for (int c; (c = ::getopt(argc, argv, "s:r:d:i:")) != -1;) {
-        switch (c) {
-        case 's':
-            block = std::stoul(optarg);
-            break;
-        case 'r':
-            rounds = static_cast<unsigned>(std::stoul(optarg));
-            break;
-        case 'd':
-            device = optarg;
-            break;
-        case 'i':
-            ib_port = std::stoi(optarg);
-            break;
-        default:
-            std::fprintf(stderr, "usage: mpi_alltoall [-s BLOCK_BYTES] [-r ROUNDS] [-d DEVICE] [-i PORT]\n");
-            return 2;
-        }
-    }
+    launched_example::block_options o{.bytes = std::size_t{64} * 1024, .rounds = 4};
+    if (!launched_example::parse_block_options(argc, argv, "mpi_alltoall", o)) return 2;
+    std::size_t const block = o.bytes;
+    unsigned const rounds = o.rounds;
     rx::mpi_bootstrap boot;
     int const n = boot.size();
     int const me = boot.rank();
     auto const slots = static_cast<std::size_t>(n);
-    rx::context ctx = mpi_example::open_device(device);
-    rx::end_port port{ctx, static_cast<std::uint8_t>(ib_port)};
+    rx::context ctx = mpi_example::open_device(o.device);
+    rx::end_port port{ctx, static_cast<std::uint8_t>(o.ib_port)};
     rx::protection_domain pd{ctx};
     // inbox: one slot per writer; outbox: one block per reader.
     std::vector<std::byte> inbox(slots * block), outbox(slots * block);

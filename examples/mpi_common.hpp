@@ -1,6 +1,8 @@
-// mpi_common.hpp: what the MPI examples share — the device each rank opens, a bounded wait for
-// one completion, and MPI_Init/MPI_Finalize around a main that may throw.
+// mpi_common.hpp: what the MPI examples share — the device each rank opens and a bounded wait
+// for one completion (launched_common.hpp), and MPI_Init/MPI_Finalize around a main that may throw.
 #pragma once
+
+#include "launched_common.hpp"
 
 #include <rdmacxx/bootstrap/mpi.hpp>
 #include <rdmacxx/bootstrap/peer_group.hpp>
@@ -21,28 +23,8 @@
 namespace mpi_example {
 namespace rx = rdmacxx;
 
-// The device named by `name`, else by $RDMACXX_DEVICE (tools/softroce sets it), else the first.
-inline rx::context open_device(std::string const& name) {
-    rx::device_list devices;
-    if (devices.empty()) throw rx::argument_error("no RDMA device on this node");
-    std::string want = name;
-    if (want.empty())
-        if (char const* env = std::getenv("RDMACXX_DEVICE")) want = env;
-    return want.empty() ? devices[0].open() : devices.find(want).open();
-}
-
-// The next completion of `cq`, which must be a success; a failed completion throws its wc_error,
-// and none within `limit` throws (a peer that died must not hang the program). Busy-poll CQs spin,
-// event-driven ones sleep on their channel.
-template <class Cq>
-rx::work_completion next_completion(Cq& cq, std::chrono::milliseconds limit = std::chrono::seconds{60}) {
-    std::optional<rx::work_completion> wc = cq.wait_one(limit);
-    if (!wc)
-        throw rx::error(std::make_error_code(std::errc::timed_out),
-                        "no completion within " + std::to_string(limit.count()) + " ms");
-    wc->throw_if_error();
-    return *wc;
-}
+using launched_example::next_completion;
+using launched_example::open_device;
 
 // Runs `body(argc, argv)` between MPI_Init and MPI_Finalize. An exception is printed with the
 // rank and host (an rdmacxx error at dump_detailed level 2) and aborts every rank, so that no

@@ -1,7 +1,8 @@
 // A user who does not use checked<C> does not compile it: the verbs headers and the umbrella
 // header bring neither checked.hpp nor its ledgers, nor the mutex, hash map and iostream they
 // need; and the verbs umbrella brings nothing of librdmacm. The checks are the preprocessor's
-// and the compiler's: this file does not build when an include chain comes back.
+// and the compiler's: this file does not build when an include chain comes back. Nor do they
+// bring a launcher's header (<mpi.h>, <pmix.h>).
 #include "rdmacxx/verbs.hpp"
 
 // libstdc++'s include guards (the library these builds use).
@@ -19,6 +20,14 @@
 
 #if defined(_GLIBCXX_UNORDERED_MAP) || defined(_GLIBCXX_IOSTREAM)
 #error "rdmacxx.hpp includes <unordered_map> or <iostream>: checked.hpp's chain is back"
+#endif
+
+// The launcher engines come only with their own headers (rdmacxx/bootstrap/mpi.hpp, pmix.hpp):
+// neither the umbrella nor the peer group brings <mpi.h> or <pmix.h> (their include guards).
+#include "rdmacxx/bootstrap/peer_group.hpp"
+
+#if defined(OMPI_MPI_H) || defined(MPI_VERSION) || defined(PMIx_H) || defined(PMIX_VERSION_MAJOR)
+#error "the umbrella or the peer group includes <mpi.h> or <pmix.h>: an engine's header is reached"
 #endif
 
 #include <doctest/doctest.h>

@@ -38,6 +38,27 @@ concept bootstrap = requires(B& b, B const& cb, std::span<std::byte const> in, s
     b.barrier();
 };
 
+namespace detail {
+/// Refuses an allgather whose `out` is not `in_bytes × ranks` bytes: an `argument_error` naming
+/// `who` (e.g. "mpi_bootstrap::allgather"), thrown before the engine sees the call.
+inline void check_allgather_sizes(char const* who, std::size_t in_bytes, std::size_t out_bytes, int ranks) {
+    if (out_bytes != in_bytes * static_cast<std::size_t>(ranks)) [[unlikely]]
+        throw_argument(std::string(who) + ": the output holds " + std::to_string(out_bytes) + " bytes, not " +
+                       std::to_string(in_bytes) + " bytes × " + std::to_string(ranks) + " ranks");
+}
+
+/// Refuses an alltoall whose `in` is not `ranks` equal blocks or whose `out` is not as large: an
+/// `argument_error` naming `who`, thrown before the engine sees the call. Returns the block size.
+inline std::size_t check_alltoall_sizes(char const* who, std::size_t in_bytes, std::size_t out_bytes, int ranks) {
+    auto const n = static_cast<std::size_t>(ranks);
+    if (in_bytes % n != 0 || out_bytes != in_bytes) [[unlikely]]
+        throw_argument(std::string(who) + ": " + std::to_string(in_bytes) + " bytes in and " +
+                       std::to_string(out_bytes) + " out are not the same number of equal blocks for " +
+                       std::to_string(n) + " ranks");
+    return in_bytes / n;
+}
+} // namespace detail
+
 /// A bootstrap engine's call that failed: names the call (e.g. "MPI_Allgather") and carries the
 /// engine's own error text and code. Its `code()` is `std::errc::io_error` (the engine's codes
 /// are not errno values), or `std::errc::timed_out` when ranks did not arrive within a bound.

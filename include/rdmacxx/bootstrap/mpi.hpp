@@ -83,10 +83,7 @@ public:
         if (in.size() > static_cast<std::size_t>(INT_MAX)) [[unlikely]]
             detail::throw_argument("mpi_bootstrap::allgather: " + std::to_string(in.size()) +
                                    " bytes per rank exceed MPI's int count");
-        if (out.size() != in.size() * static_cast<std::size_t>(size_)) [[unlikely]]
-            detail::throw_argument("mpi_bootstrap::allgather: the output holds " + std::to_string(out.size()) +
-                                   " bytes, not " + std::to_string(in.size()) + " bytes × " + std::to_string(size_) +
-                                   " ranks");
+        detail::check_allgather_sizes("mpi_bootstrap::allgather", in.size(), out.size(), size_);
         int const count = static_cast<int>(in.size());
         check(::MPI_Allgather(in.data(), count, MPI_BYTE, out.data(), count, MPI_BYTE, comm_), "MPI_Allgather");
     }
@@ -98,15 +95,11 @@ public:
     ///         in.size()`, or a block is over INT_MAX bytes; bootstrap_error when MPI_Alltoall fails.
     /// @see MPI_Alltoall(3)
     void alltoall(std::span<std::byte const> in, std::span<std::byte> out) {
-        auto const n = static_cast<std::size_t>(size_);
-        if (in.size() % n != 0 || out.size() != in.size()) [[unlikely]]
-            detail::throw_argument("mpi_bootstrap::alltoall: " + std::to_string(in.size()) + " bytes in and " +
-                                   std::to_string(out.size()) + " out are not the same number of equal blocks for " +
-                                   std::to_string(n) + " ranks");
-        if (in.size() / n > static_cast<std::size_t>(INT_MAX)) [[unlikely]]
-            detail::throw_argument("mpi_bootstrap::alltoall: " + std::to_string(in.size() / n) +
+        std::size_t const block = detail::check_alltoall_sizes("mpi_bootstrap::alltoall", in.size(), out.size(), size_);
+        if (block > static_cast<std::size_t>(INT_MAX)) [[unlikely]]
+            detail::throw_argument("mpi_bootstrap::alltoall: " + std::to_string(block) +
                                    " bytes per block exceed MPI's int count");
-        int const count = static_cast<int>(in.size() / n);
+        int const count = static_cast<int>(block);
         check(::MPI_Alltoall(in.data(), count, MPI_BYTE, out.data(), count, MPI_BYTE, comm_), "MPI_Alltoall");
     }
 

@@ -113,10 +113,7 @@ public:
     ///         `thread_world`); bootstrap_error (`std::errc::timed_out`) when a rank did not
     ///         arrive within the world's timeout.
     void allgather(std::span<std::byte const> in, std::span<std::byte> out) {
-        if (out.size() != in.size() * static_cast<std::size_t>(size())) [[unlikely]]
-            detail::throw_argument("thread_bootstrap::allgather: the output holds " + std::to_string(out.size()) +
-                                   " bytes, not " + std::to_string(in.size()) + " bytes × " + std::to_string(size()) +
-                                   " ranks");
+        detail::check_allgather_sizes("thread_bootstrap::allgather", in.size(), out.size(), size());
         meet("allgather", in, [&](std::vector<std::vector<std::byte>> const& inputs) {
             for (std::size_t r = 0; r < inputs.size(); ++r)
                 std::copy(inputs[r].begin(), inputs[r].end(), out.begin() + static_cast<std::ptrdiff_t>(r * in.size()));
@@ -130,11 +127,8 @@ public:
     ///         `allgather`.
     void alltoall(std::span<std::byte const> in, std::span<std::byte> out) {
         auto const n = static_cast<std::size_t>(size());
-        if (in.size() % n != 0 || out.size() != in.size()) [[unlikely]]
-            detail::throw_argument("thread_bootstrap::alltoall: " + std::to_string(in.size()) + " bytes in and " +
-                                   std::to_string(out.size()) + " out are not the same number of equal blocks for " +
-                                   std::to_string(n) + " ranks");
-        std::size_t const block = in.size() / n;
+        std::size_t const block =
+            detail::check_alltoall_sizes("thread_bootstrap::alltoall", in.size(), out.size(), size());
         auto const me = static_cast<std::size_t>(rank_);
         meet("alltoall", in, [&](std::vector<std::vector<std::byte>> const& inputs) {
             for (std::size_t r = 0; r < n; ++r) {

@@ -18,7 +18,7 @@ from pathlib import Path
 from .proc import run
 
 _COMMON = ["--werror", "-Dtests=enabled", "-Dexamples=enabled", "-Dbenchmarks=disabled",
-           "-Dmpi=enabled", "-Ddebug=false"]
+           "-Dmpi=enabled", "-Dpmix=enabled", "-Ddebug=false"]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ builds the chosen suites need, then runs the suites (all of them by default, in 
                 bench-asio smoke runs, the consumers' programs, and the instruction counts of
                 g++ -O2, g++ -O3 and clang++ -O2 (tools/instruction-counts)
   nodes         2 VMs, then 3, on a virtual switch (tools/softroce --nodes N): rdma-core's
-                programs and rdmacxx over MPI across the wire, then the faults (tools/nodes-wire)
+                programs and rdmacxx over MPI and PMIx across the wire, then the faults
+                (tools/nodes-wire)
   lint          clang-format, clang-tidy on the examples, doxygen (warnings are errors),
                 shellcheck on the shell scripts
 

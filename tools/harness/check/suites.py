@@ -301,7 +301,7 @@ SUITES: dict[str, Suite] = {
               "instruction counts"),
         Suite("nodes", ("gcc",), suite_nodes,
               "several nodes (tools/softroce --nodes 2 and 3): rdma-core programs and rdmacxx "
-              "over MPI across the wire"),
+              "over MPI and PMIx across the wire"),
         Suite("lint", (), suite_lint, "lint: clang-format, clang-tidy, doxygen, shellcheck",
               ("clang",)),
     ]
