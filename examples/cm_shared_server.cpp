@@ -11,20 +11,34 @@
 // keep a window of messages in flight and check every answer byte for byte.
 //
 // Usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles]
+//        cm_shared_server -m server -b address -p port -w clients [-n messages] [-t seconds]
+//        cm_shared_server -m client -b server-address -p port -c clients [-i first-id] [-n messages]
 //   -b  the IP address of the RDMA device to listen on (and connect to)
 //   -c  concurrent clients (32), -n  messages per client (100)
 //   -r  connect/disconnect cycles after the exchange (0)
+//   -m server: serve only, on this thread alone, until -w clients (from any number of client
+//      processes, on other nodes) have connected and had every message answered ("ready: …"),
+//      then until every one of them has gone; SIGUSR1 marks when they were killed (the time to
+//      notice them all is measured from it); SIGUSR2 (or 60 s) ends the program once they have
+//      gone ("gone: …"). Prints connections per second, memory, threads and descriptors.
+//      At most -t seconds (600) in all.
+//   -m client: -c clients (ids from -i), each a connection of its own, exchange -n messages
+//      each, print "clients done", then hold their connections until killed (or 600 s).
 #include "rdmacxx/rdmacxx.hpp"
 
+#include <dirent.h>
 #include <getopt.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -40,7 +54,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr std::size_t msg_bytes = 64;
-constexpr std::uint32_t slots = 256; // SRQ receives, each with the slot its answer goes out from
+constexpr std::uint32_t window = 4; // a client's messages in flight
 
 // Message `seq` of client `client`: its numbers, then a pattern; an answer inverts the pattern.
 void make_message(std::span<std::byte> m, std::uint32_t client, std::uint32_t seq, bool answer) {
@@ -59,13 +73,16 @@ bool is_message(std::span<std::byte const> m, std::uint32_t client, std::uint32_
 
 class server {
 public:
-    explicit server(cm::address const& local)
-        : listener_(engine_, local, {.backlog = 64}, [this](cm::connect_request req) { accept(std::move(req)); }),
+    // Room for `clients` clients' windows in the SRQ (at least 256 receives), each receive with
+    // the slot its answer goes out from.
+    server(cm::address const& local, std::uint32_t clients)
+        : slots_(std::max<std::uint32_t>(256, clients * window)),
+          listener_(engine_, local, {.backlog = 1024}, [this](cm::connect_request req) { accept(std::move(req)); }),
           pd_(listener_.cm_id().context()), channel_(listener_.cm_id().context()),
-          cq_(listener_.cm_id().context(), 2048, channel_), srq_(pd_, slots),
-          memory_(2 * std::size_t{slots} * msg_bytes),
+          cq_(listener_.cm_id().context(), static_cast<int>(2 * slots_ + 64), channel_), srq_(pd_, slots_),
+          memory_(2 * std::size_t{slots_} * msg_bytes),
           mr_(pd_.register_memory(std::span{memory_}, rx::access::local_write)) {
-        for (std::uint32_t i = 0; i < slots; ++i)
+        for (std::uint32_t i = 0; i < slots_; ++i)
             srq_.post_recv(rx::recv{slot(i)}.id(i));
         channel_.set_nonblocking();
         cq_.arm();
@@ -73,10 +90,20 @@ public:
 
     [[nodiscard]] std::uint16_t port() const noexcept { return listener_.port(); }
     [[nodiscard]] std::size_t open() const noexcept { return open_.load(); }
+    [[nodiscard]] std::size_t accepted() const noexcept { return accepted_.load(); }
     [[nodiscard]] std::uint64_t answered() const noexcept { return answered_.load(); }
+    [[nodiscard]] std::size_t registered_bytes() const noexcept { return memory_.size(); }
+    // When the first connect request came, and when the last connection was established.
+    [[nodiscard]] std::chrono::steady_clock::time_point first_request() const noexcept { return first_request_; }
+    [[nodiscard]] std::chrono::steady_clock::time_point last_established() const noexcept { return last_established_; }
 
     // The epoll loop, until `stop`.
     void run(std::atomic<bool> const& stop) {
+        run_until([&] { return stop.load(); });
+    }
+    // The epoll loop, until `done()` (asked every 20 ms at most).
+    template <class Done>
+    void run_until(Done&& done) {
         int const ep = ::epoll_create1(EPOLL_CLOEXEC);
         if (ep < 0) throw std::runtime_error("epoll_create1 failed");
         for (int fd : {engine_.fd(), channel_.fd()}) {
@@ -85,7 +112,7 @@ public:
             ev.data.fd = fd;
             if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) throw std::runtime_error("epoll_ctl failed");
         }
-        while (!stop) {
+        while (!done()) {
             std::array<epoll_event, 2> ready{};
             // At most 20 ms (to see `stop`), less when a handshake's deadline comes sooner.
             int const wait = engine_.poll_timeout() < 0 ? 20 : std::min(engine_.poll_timeout(), 20);
@@ -100,7 +127,9 @@ public:
 private:
     using connection = cm::connection<rx::rc, rx::event_driven>;
 
-    rx::local_span<std::byte> slot(std::uint32_t i) { return mr_.span().subspan(i * msg_bytes, msg_bytes); }
+    rx::local_span<std::byte> slot(std::uint32_t i) {
+        return mr_.span().subspan(std::size_t{i} * msg_bytes, msg_bytes);
+    }
 
     // A connect request, from engine_.process(): accepted on the shared resources without
     // blocking. Its QP is known (`qps_`) from before the accept is sent, since a client may send
@@ -108,6 +137,8 @@ private:
     // comes back once established. One client's failure (a vanished client, a refused QP, an
     // accept timing out) is that client's only.
     void accept(cm::connect_request req) {
+        if (first_request_ == std::chrono::steady_clock::time_point{})
+            first_request_ = std::chrono::steady_clock::now();
         cm::resources<rx::event_driven> const shared{
             .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
         auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
@@ -128,6 +159,8 @@ private:
                 });
                 by_qpn_[*qpn] = std::move(owned);
                 open_ = by_qpn_.size();
+                ++accepted_;
+                last_established_ = std::chrono::steady_clock::now();
             },
             [this, qpn](connection& c) {
                 *qpn = c.qp().qp_num();
@@ -151,26 +184,28 @@ private:
         cq_.arm();
         for (auto batch = cq_.poll<16>(); !batch.empty(); batch = cq_.poll<16>()) {
             for (auto const& wc : batch) {
-                auto const i = static_cast<std::uint32_t>(wc.wr_id() % slots);
-                if (wc.wr_id() >= slots) { // an answer sent, or flushed with its connection
+                auto const i = static_cast<std::uint32_t>(wc.wr_id() % slots_);
+                if (wc.wr_id() >= slots_) { // an answer sent, or flushed with its connection
                     srq_.post_recv(rx::recv{slot(i)}.id(i));
                     continue;
                 }
                 wc.throw_if_error();
-                auto const msg = std::span<std::byte const>{memory_}.subspan(i * msg_bytes, wc.byte_len());
+                auto const msg = std::span<std::byte const>{memory_}.subspan(std::size_t{i} * msg_bytes, wc.byte_len());
                 std::uint32_t client = 0, seq = 0;
                 std::memcpy(&client, msg.data(), 4);
                 std::memcpy(&seq, msg.data() + 4, 4);
                 if (!is_message(msg, client, seq, false)) throw std::runtime_error("a message arrived corrupt");
                 auto it = qps_.find(wc.qp_num());
                 if (it == qps_.end()) throw std::runtime_error("a message from an unknown QP");
-                make_message(std::span{memory_}.subspan((slots + i) * msg_bytes, msg_bytes), client, seq, true);
-                it->second->post(rx::send{slot(slots + i)}.id(slots + i));
+                make_message(std::span{memory_}.subspan((std::size_t{slots_} + i) * msg_bytes, msg_bytes), client, seq,
+                             true);
+                it->second->post(rx::send{slot(slots_ + i)}.id(slots_ + i));
                 ++answered_;
             }
         }
     }
 
+    std::uint32_t slots_;
     cm::engine engine_;
     cm::listener<rx::rc> listener_;
     rx::protection_domain pd_;
@@ -182,12 +217,13 @@ private:
     std::map<std::uint32_t, std::unique_ptr<connection>> by_qpn_;
     std::map<std::uint32_t, rx::queue_pair<rx::rc, rx::event_driven>*> qps_; // from before each accept
     std::atomic<std::size_t> open_{0};
+    std::atomic<std::size_t> accepted_{0};
     std::atomic<std::uint64_t> answered_{0};
+    std::chrono::steady_clock::time_point first_request_{}, last_established_{};
 };
 
 // A client: a self-contained connection with `window` messages in flight.
 struct client {
-    static constexpr std::uint32_t window = 4;
     client(cm::address const& a, std::uint32_t id_, std::uint32_t total_)
         : conn(cm::connect<rx::rc, rx::busy_poll>(a)), id(id_), total(total_),
           memory(2 * std::size_t{window} * msg_bytes),
@@ -195,8 +231,11 @@ struct client {
         for (std::uint32_t w = 0; w < window; ++w)
             conn.qp().post_recv(rx::recv{mr.span().subspan(w * msg_bytes, msg_bytes)}.id(w));
     }
-    bool step() {
+    // Sends what the window allows and takes what completed; true once every answer came.
+    // `moved` says whether anything was sent or completed.
+    bool step(bool& moved) {
         while (sent < total && sent - answers < window && !busy[sent % window]) {
+            moved = true;
             std::uint32_t const s = sent % window;
             make_message(std::span{memory}.subspan((window + s) * msg_bytes, msg_bytes), id, sent, false);
             conn.qp().post(rx::send{mr.span().subspan((window + s) * msg_bytes, msg_bytes)}.id(window + s));
@@ -204,6 +243,7 @@ struct client {
             ++sent;
         }
         for (auto const& wc : conn.cq().poll<8>()) {
+            moved = true;
             wc.throw_if_error();
             if (!wc.is_recv()) {
                 busy[wc.wr_id() - window] = false;
@@ -225,13 +265,17 @@ struct client {
     rx::memory_region mr;
 };
 
+// Runs every client's exchange to its end, within 120 s. A pass in which nothing moved sleeps
+// 100 µs: clients spinning on a one-CPU node would starve the kernel threads (Soft-RoCE's among
+// them) that carry their packets.
 void exchange(std::vector<std::unique_ptr<client>>& clients) {
     auto const deadline = std::chrono::steady_clock::now() + 120s;
     for (;;) {
-        bool all = true;
+        bool all = true, moved = false;
         for (auto& c : clients)
-            all = c->step() && all;
+            all = c->step(moved) && all;
         if (all) return;
+        if (!moved) std::this_thread::sleep_for(100us);
         if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the clients did not finish");
     }
 }
@@ -240,14 +284,123 @@ double since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// This process's threads and open descriptors (entries of /proc/self/task and /proc/self/fd),
+// and its resident memory in KiB (VmRSS).
+std::size_t entries(char const* dir) {
+    std::size_t n = 0;
+    if (DIR* d = ::opendir(dir)) {
+        while (dirent const* e = ::readdir(d))
+            n += e->d_name[0] != '.' ? 1 : 0;
+        ::closedir(d);
+    }
+    return n;
+}
+long rss_kib() {
+    std::ifstream in{"/proc/self/status"};
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+}
+
+volatile std::sig_atomic_t killed = 0; // SIGUSR1: the clients were killed
+volatile std::sig_atomic_t leave = 0;  // SIGUSR2: the program may end
+
+// -m server: serves `expected` clients of `messages` each on this thread alone (see the usage).
+int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messages, std::chrono::seconds limit) {
+    std::signal(SIGUSR1, [](int) { killed = 1; });
+    std::signal(SIGUSR2, [](int) { leave = 1; });
+    auto const deadline = std::chrono::steady_clock::now() + limit;
+    auto const out_of_time = [&] { return std::chrono::steady_clock::now() > deadline; };
+    server srv{where, expected};
+    std::size_t const threads0 = entries("/proc/self/task"), fds0 = entries("/proc/self/fd");
+    long const rss0 = rss_kib();
+    std::printf("listening on %s: %zu thread(s), %zu descriptors, RSS %ld KiB\n", where.to_string().c_str(), threads0,
+                fds0, rss0);
+    std::fflush(stdout);
+    std::uint64_t const want = std::uint64_t{expected} * messages;
+    std::size_t threads_max = threads0, fds_max = fds0;
+    auto const watch = [&] {
+        threads_max = std::max(threads_max, entries("/proc/self/task"));
+        fds_max = std::max(fds_max, entries("/proc/self/fd"));
+        return out_of_time();
+    };
+    srv.run_until([&] { return watch() || (srv.accepted() >= expected && srv.answered() >= want); });
+    if (srv.answered() < want) {
+        std::fprintf(stderr,
+                     "cm_shared_server: %zu of %u clients connected, %llu of %llu messages answered in %lld s\n",
+                     srv.accepted(), expected, static_cast<unsigned long long>(srv.answered()),
+                     static_cast<unsigned long long>(want), static_cast<long long>(limit.count()));
+        return 1;
+    }
+    double const connect_s = std::chrono::duration<double>(srv.last_established() - srv.first_request()).count();
+    long const rss1 = rss_kib();
+    std::printf("ready: %zu connections open, %llu messages answered and verified; %zu connections in %.3f s "
+                "(%.0f per second); RSS %ld KiB (%.1f KiB per connection above the listening server), %zu bytes "
+                "registered in all; %zu thread(s), %zu descriptors\n",
+                srv.open(), static_cast<unsigned long long>(srv.answered()), srv.accepted(), connect_s,
+                static_cast<double>(srv.accepted()) / connect_s, rss1,
+                static_cast<double>(rss1 - rss0) / static_cast<double>(srv.accepted()), srv.registered_bytes(),
+                entries("/proc/self/task"), entries("/proc/self/fd"));
+    std::fflush(stdout);
+    std::chrono::steady_clock::time_point killed_at{};
+    srv.run_until([&] {
+        if (killed != 0 && killed_at == std::chrono::steady_clock::time_point{})
+            killed_at = std::chrono::steady_clock::now();
+        return watch() || srv.open() == 0;
+    });
+    if (srv.open() != 0) {
+        std::fprintf(stderr, "cm_shared_server: %zu connections still open after %lld s\n", srv.open(),
+                     static_cast<long long>(limit.count()));
+        return 1;
+    }
+    double const notice_s = killed_at == std::chrono::steady_clock::time_point{} ? -1 : since(killed_at);
+    std::printf("gone: all %zu clients noticed %.3f s after SIGUSR1; %zu thread(s), %zu descriptors (%zu and %zu "
+                "at most), RSS %ld KiB\n",
+                srv.accepted(), notice_s, entries("/proc/self/task"), entries("/proc/self/fd"), threads_max, fds_max,
+                rss_kib());
+    std::fflush(stdout);
+    auto const until = std::chrono::steady_clock::now() + 60s;
+    srv.run_until([&] { return leave != 0 || std::chrono::steady_clock::now() > until || out_of_time(); });
+    bool const constant = threads_max == threads0 && entries("/proc/self/fd") == fds0;
+    if (!constant) std::fprintf(stderr, "cm_shared_server: threads or descriptors not constant\n");
+    return constant ? 0 : 1;
+}
+
+// -m client: `count` clients with ids from `first`, `messages` each; then holds them until killed.
+int clients_only(cm::address const& where, std::uint32_t count, std::uint32_t first, std::uint32_t messages) {
+    std::vector<std::unique_ptr<client>> clients;
+    for (std::uint32_t i = 0; i < count; ++i)
+        clients.push_back(std::make_unique<client>(where, first + i, messages));
+    exchange(clients);
+    std::printf("clients done: %u clients from id %u, %u messages each, every answer verified\n", count, first,
+                messages);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(600s); // killed before
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) try {
     std::string bind;
     std::uint16_t port = 0;
-    std::uint32_t n_clients = 32, n_messages = 100, cycles = 0;
-    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:r:")) != -1;) {
+    std::uint32_t n_clients = 32, n_messages = 100, cycles = 0, expected = 0, first_id = 0;
+    std::string mode;
+    std::chrono::seconds limit{600};
+    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:r:m:w:i:t:")) != -1;) {
         switch (c) {
+        case 'm':
+            mode = optarg;
+            break;
+        case 'w':
+            expected = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 'i':
+            first_id = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 't':
+            limit = std::chrono::seconds{std::stol(optarg)};
+            break;
         case 'b':
             bind = optarg;
             break;
@@ -264,7 +417,9 @@ int main(int argc, char** argv) try {
             cycles = static_cast<std::uint32_t>(std::stoul(optarg));
             break;
         default:
-            std::cerr << "usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles]\n";
+            std::cerr << "usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles]\n"
+                         "       cm_shared_server -m server -b address -p port -w clients [-n messages] [-t s]\n"
+                         "       cm_shared_server -m client -b address -p port -c clients [-i first] [-n messages]\n";
             return 2;
         }
     }
@@ -272,7 +427,19 @@ int main(int argc, char** argv) try {
         std::cerr << "cm_shared_server: -b address (the RDMA device's IP address) is required\n";
         return 2;
     }
-    server srv{cm::address::resolve(bind, port)};
+    if (mode == "server") {
+        if (expected == 0 || port == 0) {
+            std::cerr << "cm_shared_server: -m server needs -p port and -w clients\n";
+            return 2;
+        }
+        return serve(cm::address::resolve(bind, port), expected, n_messages, limit);
+    }
+    if (mode == "client") return clients_only(cm::address::resolve(bind, port), n_clients, first_id, n_messages);
+    if (!mode.empty()) {
+        std::cerr << "cm_shared_server: -m is server or client\n";
+        return 2;
+    }
+    server srv{cm::address::resolve(bind, port), n_clients};
     auto const where = cm::address::resolve(bind, srv.port());
     std::atomic<bool> stop{false};
     std::exception_ptr failure;
