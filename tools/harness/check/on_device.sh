@@ -107,6 +107,12 @@ if first; then
   # then 20 connect/disconnect cycles (tests/device/cm_scale_test.cpp runs 300 and checks
   # resources flat).
   example cm_shared_server "$build/examples/cm_shared_server" -b "$RDMACXX_ADDR" -c 32 -n 100 -r 20
+  # mpi_pingpong's echo side on one node, 20,000 event-driven round trips: its echo's send
+  # completion may come after the next ping's receive (rxe completes them in separate tasks);
+  # a receive completion dropped there left both ranks waiting 60 s and aborting (tools/demo).
+  [ -x "$build/examples/mpi_pingpong" ] &&
+    example mpi_pingpong_one_node timeout 300 mpirun --allow-run-as-root -np 2 --oversubscribe --mca pml ob1 \
+      --mca btl self,tcp "$build/examples/mpi_pingpong" -e -n 20000 -s 4096
   # The Asio adapter's coroutine programs (built when Meson finds standalone Asio): 16 CM
   # clients, each one coroutine, against an echo server on one PD, MR, SRQ and CQ, all on one
   # io_context; and a coroutine keeping 8 RDMA READs in flight over 1 MiB, twice, every byte
