@@ -13,23 +13,41 @@
 // dispatcher per side routes the completions to the operations that posted them.
 //
 // Usage: asio_echo_server -b address [-p port] [-c clients] [-n messages] [-s size]
+//        asio_echo_server -m server -b address -p port -w clients [-n messages] [-s size] [-t seconds]
+//        asio_echo_server -m client -b server-address -p port -c clients [-i first-id] [-n messages] [-s size]
 //   -b  the IP address of the RDMA device to listen on (and connect to)
 //   -c  concurrent clients (16), -n  messages per client (100), -s  message bytes (64)
+//   -m server: the server alone on one thread, as cm_shared_server's (the same output): until -w
+//      clients (from client processes on other nodes) have connected and had every message
+//      echoed ("ready: …"), then until every one has gone (each noticed by the engine; its QP
+//      forgotten by the dispatcher and its connection destroyed); SIGUSR1 marks when they were
+//      killed, SIGUSR2 (or 60 s) ends it once they have gone. At most -t seconds (600).
+//   -m client: -c coroutine clients (ids from -i) that connect, check -n echoes each, print
+//      "clients done", and hold their connections until killed (or 600 s).
+//   -a  ACK timeout in ms of every QP (default 67 ms, which with 6 retries gives up on a silent
+//      peer after about 470 ms): tools/nodes-wire gives 1,000 connections on emulated nodes of
+//      a loaded host more.
 #include "rdmacxx/asio.hpp"
 #include "rdmacxx/rdmacxx.hpp"
+
+#include "process_stats.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <getopt.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -47,18 +65,18 @@ using connection = cm::connection<rx::rc, rx::event_driven>;
 
 namespace {
 
-constexpr std::uint32_t slots = 64; // the SRQ's receives: one per echo coroutine
-
 struct settings {
     std::uint32_t clients = 16, messages = 100;
     std::size_t size = 64;
+    cm::connection_options connection{}; // every connection's, the server's and the clients'
 };
 
-// A side's shared resources: PD, channel, CQ, (SRQ), memory, and the dispatcher over the channel.
+// A side's shared resources: PD, channel, CQ, (an SRQ of `receives`), memory, and the dispatcher
+// over the channel.
 struct side {
-    side(rx::context& ctx, ::asio::io_context& io, std::size_t bytes, bool with_srq)
+    side(rx::context& ctx, ::asio::io_context& io, std::size_t bytes, std::uint32_t receives)
         : pd(ctx), channel(ctx), cq(ctx, 4096, channel),
-          srq(with_srq ? std::make_unique<rx::shared_receive_queue>(pd, slots) : nullptr), memory(bytes),
+          srq(receives != 0 ? std::make_unique<rx::shared_receive_queue>(pd, receives) : nullptr), memory(bytes),
           mr(pd.register_memory(std::span{memory}, rx::access::local_write)),
           d(io.get_executor(), channel, {.max_operations = 4096}) {
         d.add(cq);
@@ -81,17 +99,33 @@ void fill(std::span<std::byte> m, std::uint32_t client, std::uint32_t seq) {
 }
 
 struct server_state {
-    std::vector<std::unique_ptr<connection>> connections;
+    std::map<std::uint32_t, std::unique_ptr<connection>> connections; // by QPN
     // Noted before the accept is sent: a client may send before the server sees `established`.
     std::map<std::uint32_t, connection::qp_type*> by_qpn;
     std::uint64_t echoed = 0;
+    std::uint32_t accepted = 0;
+    std::chrono::steady_clock::time_point first_established{}, last_established{};
 };
 
-awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_state& st, std::uint32_t clients) {
+// Accepts `clients` clients. A client that goes (left or died) is noticed by the engine: its
+// QP's operations are forgotten by the dispatcher (they complete with operation_aborted) and its
+// connection is destroyed.
+awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_state& st, std::uint32_t clients,
+                         cm::connection_options const& connection_options) {
     for (std::uint32_t i = 0; i < clients; ++i) {
         auto c = co_await rxa::async_accept<rx::event_driven>(
-            listener, s.resources(), {}, [&st](connection& n) { st.by_qpn[n.qp().qp_num()] = &n.qp(); }, use_awaitable);
-        st.connections.push_back(std::make_unique<connection>(std::move(*c)));
+            listener, s.resources(), connection_options, [&st](connection& n) { st.by_qpn[n.qp().qp_num()] = &n.qp(); },
+            use_awaitable);
+        std::uint32_t const qpn = c->qp().qp_num();
+        auto& owned = st.connections[qpn] = std::make_unique<connection>(std::move(*c));
+        owned->on_end([&s, &st, qpn](cm::connection_state) {
+            if (auto* qp = st.by_qpn[qpn]) s.d.forget(*qp);
+            st.by_qpn.erase(qpn);
+            st.connections.erase(qpn);
+        });
+        auto const now = std::chrono::steady_clock::now();
+        if (st.accepted++ == 0) st.first_established = now;
+        st.last_established = now;
     }
 }
 
@@ -107,28 +141,150 @@ awaitable<void> echo(side& s, server_state& st, std::uint32_t k, std::size_t siz
         try {
             (void)co_await rxa::async_post(s.d, *it->second, rx::send{out.first(wc.byte_len())}, use_awaitable);
             ++st.echoed;
-        } catch (rx::wc_error const&) { // the client went away before its echo: flushed
+        } catch (std::system_error const&) { // the client went away before its echo: flushed, or forgotten
         }
     }
 }
 
+// One client: connects, sends opt.messages messages and checks each echo; then disconnects, or,
+// with `held`, hands its connection over to it (kept open until the program ends).
 awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, side& s, std::uint32_t id, settings const& opt,
-                       std::uint32_t& good, std::uint32_t& finished) {
+                       std::uint32_t& good, std::uint32_t& finished,
+                       std::vector<std::unique_ptr<connection>>* held = nullptr) {
     using namespace ::asio::experimental::awaitable_operators;
     auto const ex = co_await ::asio::this_coro::executor;
-    auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, s.resources(), {}, use_awaitable);
-    auto const out = s.mr.span().subspan(2 * std::size_t{id} * opt.size, opt.size);
-    auto const in = s.mr.span().subspan((2 * std::size_t{id} + 1) * opt.size, opt.size);
+    auto c =
+        co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, s.resources(), opt.connection, use_awaitable);
+    std::size_t const at = 2 * std::size_t{held != nullptr ? id % opt.clients : id} * opt.size; // its slots
+    auto const out = s.mr.span().subspan(at, opt.size);
+    auto const in = s.mr.span().subspan(at + opt.size, opt.size);
     for (std::uint32_t m = 0; m < opt.messages; ++m) {
-        fill(std::span{s.memory}.subspan(2 * std::size_t{id} * opt.size, opt.size), id, m);
+        fill(std::span{s.memory}.subspan(at, opt.size), id, m);
         // The receive for the echo is posted first, then the message: both awaited together.
         auto [echo_wc, send_wc] = co_await (rxa::async_recv(s.d, c->qp(), rx::recv{in}, use_awaitable) &&
                                             rxa::async_post(s.d, c->qp(), rx::send{out}, use_awaitable));
         if (echo_wc.byte_len() == opt.size && std::memcmp(in.data(), out.data(), opt.size) == 0) ++good;
         (void)send_wc;
     }
-    co_await rxa::async_disconnect(ex, *c, 10s, use_awaitable);
+    if (held != nullptr)
+        held->push_back(std::make_unique<connection>(std::move(*c)));
+    else
+        co_await rxa::async_disconnect(ex, *c, 10s, use_awaitable);
     ++finished;
+}
+
+std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
+
+// -m server: the server alone, for `expected` clients (see the usage).
+int serve(cm::address const& where, std::uint32_t expected, settings const& opt, std::chrono::seconds limit) {
+    namespace ps = process_stats;
+    ::asio::io_context io{1};
+    rxa::cm_engine eng{io.get_executor()};
+    rxa::cm_acceptor<rx::rc> listener{eng, where, {.backlog = 1024}};
+    std::uint32_t const receives = std::max<std::uint32_t>(64, expected); // one echo coroutine each
+    side server{listener.listener().cm_id().context(), io, 2 * std::size_t{receives} * opt.size, receives};
+    server_state st;
+    std::exception_ptr failure;
+    auto keep = [&](std::exception_ptr const& e) {
+        if (e && !failure) failure = e;
+    };
+    ::asio::co_spawn(io, acceptor(listener, server, st, expected, opt.connection), keep);
+    for (std::uint32_t k = 0; k < receives; ++k)
+        ::asio::co_spawn(io, echo(server, st, k, opt.size), keep);
+    std::chrono::steady_clock::time_point killed_at{};
+    bool leave = false;
+    ::asio::signal_set signals{io, SIGUSR1, SIGUSR2};
+    std::function<void(std::error_code, int)> on_signal = [&](std::error_code ec, int sig) {
+        if (ec) return;
+        if (sig == SIGUSR1) killed_at = now();
+        if (sig == SIGUSR2) leave = true;
+        signals.async_wait(on_signal);
+    };
+    signals.async_wait(on_signal);
+    io.run_for(10ms); // the acceptor listens
+    std::size_t const threads0 = ps::threads(), fds0 = ps::descriptors();
+    long const rss0 = ps::rss_kib();
+    std::printf("listening on %s: %zu thread(s), %zu descriptors, RSS %ld KiB\n", where.to_string().c_str(), threads0,
+                fds0, rss0);
+    std::fflush(stdout);
+    auto const deadline = now() + limit;
+    std::size_t threads_max = threads0, fds_max = fds0;
+    auto run_until = [&](auto&& done) {
+        while (!done() && !failure && now() < deadline) {
+            io.run_one_for(20ms);
+            threads_max = std::max(threads_max, ps::threads());
+            fds_max = std::max(fds_max, ps::descriptors());
+        }
+        if (failure) std::rethrow_exception(failure);
+    };
+    std::uint64_t const want = std::uint64_t{expected} * opt.messages;
+    run_until([&] { return st.accepted >= expected && st.echoed >= want; });
+    if (st.echoed < want) {
+        std::fprintf(stderr, "asio_echo_server: %u of %u clients connected, %llu of %llu messages echoed in %lld s\n",
+                     st.accepted, expected, static_cast<unsigned long long>(st.echoed),
+                     static_cast<unsigned long long>(want), static_cast<long long>(limit.count()));
+        return 1;
+    }
+    double const connect_s = std::chrono::duration<double>(st.last_established - st.first_established).count();
+    long const rss1 = ps::rss_kib();
+    std::printf("ready: %zu connections open, %llu messages echoed; %u connections in %.3f s (%.0f per second); RSS "
+                "%ld KiB (%.1f KiB per connection above the listening server), %zu bytes registered in all; %zu "
+                "thread(s), %zu descriptors\n",
+                st.connections.size(), static_cast<unsigned long long>(st.echoed), st.accepted, connect_s,
+                st.accepted / connect_s, rss1, static_cast<double>(rss1 - rss0) / st.accepted, server.memory.size(),
+                ps::threads(), ps::descriptors());
+    std::fflush(stdout);
+    run_until([&] { return st.connections.empty(); });
+    if (!st.connections.empty()) {
+        std::fprintf(stderr, "asio_echo_server: %zu connections still open\n", st.connections.size());
+        return 1;
+    }
+    double const notice_s = killed_at == std::chrono::steady_clock::time_point{}
+                                ? -1
+                                : std::chrono::duration<double>(now() - killed_at).count();
+    std::printf("gone: all %u clients noticed %.3f s after SIGUSR1; %zu thread(s), %zu descriptors (%zu and %zu at "
+                "most), RSS %ld KiB\n",
+                st.accepted, notice_s, ps::threads(), ps::descriptors(), threads_max, fds_max, ps::rss_kib());
+    std::fflush(stdout);
+    auto const until = now() + 60s;
+    run_until([&] { return leave || now() > until; });
+    bool const constant = threads_max == threads0 && ps::descriptors() == fds0;
+    if (!constant) std::fprintf(stderr, "asio_echo_server: threads or descriptors not constant\n");
+    return constant ? 0 : 1;
+}
+
+// -m client: opt.clients coroutine clients with ids from `first`, on the device of `local` (its
+// shared resources made on librdmacm's context of that device, which an id bound there names);
+// then holds their connections until killed (or 600 s).
+int clients_only(cm::address const& local, cm::address const& to, std::uint32_t first, settings const& opt) {
+    ::asio::io_context io{1};
+    rxa::cm_engine eng{io.get_executor()};
+    cm::event_channel channel;
+    cm::id bound{channel, cm::port_space::tcp};
+    bound.bind(local);
+    side s{bound.context(), io, 2 * std::size_t{opt.clients} * opt.size, 0};
+    std::exception_ptr failure;
+    auto keep = [&](std::exception_ptr const& e) {
+        if (e && !failure) failure = e;
+    };
+    std::uint32_t good = 0, finished = 0;
+    std::vector<std::unique_ptr<connection>> held;
+    for (std::uint32_t i = 0; i < opt.clients; ++i)
+        ::asio::co_spawn(io, client(eng, to, s, first + i, opt, good, finished, &held), keep);
+    auto const deadline = now() + 300s;
+    while (finished < opt.clients && !failure && now() < deadline)
+        io.run_one_for(1s);
+    if (failure) std::rethrow_exception(failure);
+    if (finished < opt.clients || good != opt.clients * opt.messages) {
+        std::fprintf(stderr, "asio_echo_server: %u of %u clients finished, %u of %u echoes verified\n", finished,
+                     opt.clients, good, opt.clients * opt.messages);
+        return 1;
+    }
+    std::printf("clients done: %u clients from id %u, %u messages each, every answer verified\n", opt.clients, first,
+                opt.messages);
+    std::fflush(stdout);
+    io.run_for(600s); // killed before
+    return 0;
 }
 
 } // namespace
@@ -137,8 +293,29 @@ int main(int argc, char** argv) try {
     std::string bind;
     std::uint16_t port = 0;
     settings opt;
-    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:s:")) != -1;) {
+    std::string mode, local;
+    std::uint32_t expected = 0, first_id = 0;
+    std::chrono::seconds limit{600};
+    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:s:m:w:i:t:l:a:")) != -1;) {
         switch (c) {
+        case 'm':
+            mode = optarg;
+            break;
+        case 'w':
+            expected = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 'i':
+            first_id = static_cast<std::uint32_t>(std::stoul(optarg));
+            break;
+        case 't':
+            limit = std::chrono::seconds{std::stol(optarg)};
+            break;
+        case 'l':
+            local = optarg;
+            break;
+        case 'a':
+            opt.connection.settings.local_ack_timeout = std::chrono::milliseconds{std::stol(optarg)};
+            break;
         case 'b':
             bind = optarg;
             break;
@@ -155,7 +332,11 @@ int main(int argc, char** argv) try {
             opt.size = std::stoul(optarg);
             break;
         default:
-            std::cerr << "usage: asio_echo_server -b address [-p port] [-c clients] [-n messages] [-s size]\n";
+            std::cerr << "usage: asio_echo_server -b address [-p port] [-c clients] [-n messages] [-s size]\n"
+                         "       asio_echo_server -m server -b address -p port -w clients [-n messages] [-s size] "
+                         "[-t s]\n"
+                         "       asio_echo_server -m client -b address -p port -l local-address -c clients "
+                         "[-i first] [-n messages] [-s size]\n";
             return 2;
         }
     }
@@ -163,16 +344,27 @@ int main(int argc, char** argv) try {
         std::cerr << "asio_echo_server: -b address (the RDMA device's IP address) is required\n";
         return 2;
     }
-    if (opt.clients == 0 || opt.clients > 1000 || opt.messages == 0 || opt.size == 0 || opt.size > 4096)
-        throw rx::argument_error("-c is 1 … 1000, -n positive, -s 1 … 4096");
+    if (opt.clients == 0 || opt.clients > 1000 || opt.messages == 0 || opt.size == 0 || opt.size > 4096 ||
+        expected > 4000)
+        throw rx::argument_error("-c is 1 … 1000, -w at most 4000, -n positive, -s 1 … 4096");
+    if (mode == "server") {
+        if (expected == 0 || port == 0) throw rx::argument_error("-m server needs -p port and -w clients");
+        return serve(cm::address::resolve(bind, port), expected, opt, limit);
+    }
+    if (mode == "client") {
+        if (local.empty() || port == 0) throw rx::argument_error("-m client needs -p port and -l local-address");
+        return clients_only(cm::address::resolve(local, 0), cm::address::resolve(bind, port), first_id, opt);
+    }
+    if (!mode.empty()) throw rx::argument_error("-m is server or client");
 
     ::asio::io_context io{1};
     rxa::cm_engine eng{io.get_executor()};
     rxa::cm_acceptor<rx::rc> listener{eng, cm::address::resolve(bind, port), {.backlog = 64}};
     auto const to = cm::address::resolve(bind, listener.port());
     rx::context& ctx = listener.listener().cm_id().context();
-    side server{ctx, io, 2 * std::size_t{slots} * opt.size, true};
-    side clients{ctx, io, 2 * std::size_t{opt.clients} * opt.size, false};
+    constexpr std::uint32_t receives = 64; // the SRQ's receives: one per echo coroutine
+    side server{ctx, io, 2 * std::size_t{receives} * opt.size, receives};
+    side clients{ctx, io, 2 * std::size_t{opt.clients} * opt.size, 0};
     server_state st;
     std::exception_ptr failure;
     auto keep = [&](std::exception_ptr const& e) {
@@ -180,8 +372,8 @@ int main(int argc, char** argv) try {
     };
 
     auto const t0 = std::chrono::steady_clock::now();
-    ::asio::co_spawn(io, acceptor(listener, server, st, opt.clients), keep);
-    for (std::uint32_t k = 0; k < slots; ++k)
+    ::asio::co_spawn(io, acceptor(listener, server, st, opt.clients, opt.connection), keep);
+    for (std::uint32_t k = 0; k < receives; ++k)
         ::asio::co_spawn(io, echo(server, st, k, opt.size), keep);
     std::uint32_t good = 0, finished = 0;
     for (std::uint32_t i = 0; i < opt.clients; ++i)

@@ -24,9 +24,13 @@
 //      At most -t seconds (600) in all.
 //   -m client: -c clients (ids from -i), each a connection of its own, exchange -n messages
 //      each, print "clients done", then hold their connections until killed (or 600 s).
+//   -a  ACK timeout in ms of every QP (default 67 ms, which with 6 retries gives up on a silent
+//      peer after about 470 ms): tools/nodes-wire gives 1,000 connections on emulated nodes of
+//      a loaded host more.
 #include "rdmacxx/rdmacxx.hpp"
 
-#include <dirent.h>
+#include "process_stats.hpp"
+
 #include <getopt.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -38,7 +42,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -55,6 +58,10 @@ namespace {
 
 constexpr std::size_t msg_bytes = 64;
 constexpr std::uint32_t window = 4; // a client's messages in flight
+
+// The connection settings of every connection, the server's and the clients': the defaults,
+// or with -a a longer ACK timeout for runs on an overloaded host (see the usage).
+cm::connection_options options; // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 
 // Message `seq` of client `client`: its numbers, then a pattern; an answer inverts the pattern.
 void make_message(std::span<std::byte> m, std::uint32_t client, std::uint32_t seq, bool answer) {
@@ -143,7 +150,7 @@ private:
             .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
         auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
         cm::accept<rx::rc, rx::event_driven>(
-            engine_, std::move(req), shared, {},
+            engine_, std::move(req), shared, options,
             [this, qpn](std::exception_ptr const& error, std::optional<connection> c) {
                 if (error) {
                     qps_.erase(*qpn);
@@ -225,7 +232,7 @@ private:
 // A client: a self-contained connection with `window` messages in flight.
 struct client {
     client(cm::address const& a, std::uint32_t id_, std::uint32_t total_)
-        : conn(cm::connect<rx::rc, rx::busy_poll>(a)), id(id_), total(total_),
+        : conn(cm::connect<rx::rc, rx::busy_poll>(a, options)), id(id_), total(total_),
           memory(2 * std::size_t{window} * msg_bytes),
           mr(conn.pd().register_memory(std::span{memory}, rx::access::local_write)) {
         for (std::uint32_t w = 0; w < window; ++w)
@@ -284,24 +291,6 @@ double since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// This process's threads and open descriptors (entries of /proc/self/task and /proc/self/fd),
-// and its resident memory in KiB (VmRSS).
-std::size_t entries(char const* dir) {
-    std::size_t n = 0;
-    if (DIR* d = ::opendir(dir)) {
-        while (dirent const* e = ::readdir(d))
-            n += e->d_name[0] != '.' ? 1 : 0;
-        ::closedir(d);
-    }
-    return n;
-}
-long rss_kib() {
-    std::ifstream in{"/proc/self/status"};
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    return -1;
-}
-
 volatile std::sig_atomic_t killed = 0; // SIGUSR1: the clients were killed
 volatile std::sig_atomic_t leave = 0;  // SIGUSR2: the program may end
 
@@ -312,16 +301,16 @@ int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messag
     auto const deadline = std::chrono::steady_clock::now() + limit;
     auto const out_of_time = [&] { return std::chrono::steady_clock::now() > deadline; };
     server srv{where, expected};
-    std::size_t const threads0 = entries("/proc/self/task"), fds0 = entries("/proc/self/fd");
-    long const rss0 = rss_kib();
+    std::size_t const threads0 = process_stats::threads(), fds0 = process_stats::descriptors();
+    long const rss0 = process_stats::rss_kib();
     std::printf("listening on %s: %zu thread(s), %zu descriptors, RSS %ld KiB\n", where.to_string().c_str(), threads0,
                 fds0, rss0);
     std::fflush(stdout);
     std::uint64_t const want = std::uint64_t{expected} * messages;
     std::size_t threads_max = threads0, fds_max = fds0;
     auto const watch = [&] {
-        threads_max = std::max(threads_max, entries("/proc/self/task"));
-        fds_max = std::max(fds_max, entries("/proc/self/fd"));
+        threads_max = std::max(threads_max, process_stats::threads());
+        fds_max = std::max(fds_max, process_stats::descriptors());
         return out_of_time();
     };
     srv.run_until([&] { return watch() || (srv.accepted() >= expected && srv.answered() >= want); });
@@ -333,14 +322,14 @@ int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messag
         return 1;
     }
     double const connect_s = std::chrono::duration<double>(srv.last_established() - srv.first_request()).count();
-    long const rss1 = rss_kib();
+    long const rss1 = process_stats::rss_kib();
     std::printf("ready: %zu connections open, %llu messages answered and verified; %zu connections in %.3f s "
                 "(%.0f per second); RSS %ld KiB (%.1f KiB per connection above the listening server), %zu bytes "
                 "registered in all; %zu thread(s), %zu descriptors\n",
                 srv.open(), static_cast<unsigned long long>(srv.answered()), srv.accepted(), connect_s,
                 static_cast<double>(srv.accepted()) / connect_s, rss1,
                 static_cast<double>(rss1 - rss0) / static_cast<double>(srv.accepted()), srv.registered_bytes(),
-                entries("/proc/self/task"), entries("/proc/self/fd"));
+                process_stats::threads(), process_stats::descriptors());
     std::fflush(stdout);
     std::chrono::steady_clock::time_point killed_at{};
     srv.run_until([&] {
@@ -356,12 +345,12 @@ int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messag
     double const notice_s = killed_at == std::chrono::steady_clock::time_point{} ? -1 : since(killed_at);
     std::printf("gone: all %zu clients noticed %.3f s after SIGUSR1; %zu thread(s), %zu descriptors (%zu and %zu "
                 "at most), RSS %ld KiB\n",
-                srv.accepted(), notice_s, entries("/proc/self/task"), entries("/proc/self/fd"), threads_max, fds_max,
-                rss_kib());
+                srv.accepted(), notice_s, process_stats::threads(), process_stats::descriptors(), threads_max, fds_max,
+                process_stats::rss_kib());
     std::fflush(stdout);
     auto const until = std::chrono::steady_clock::now() + 60s;
     srv.run_until([&] { return leave != 0 || std::chrono::steady_clock::now() > until || out_of_time(); });
-    bool const constant = threads_max == threads0 && entries("/proc/self/fd") == fds0;
+    bool const constant = threads_max == threads0 && process_stats::descriptors() == fds0;
     if (!constant) std::fprintf(stderr, "cm_shared_server: threads or descriptors not constant\n");
     return constant ? 0 : 1;
 }
@@ -387,7 +376,7 @@ int main(int argc, char** argv) try {
     std::uint32_t n_clients = 32, n_messages = 100, cycles = 0, expected = 0, first_id = 0;
     std::string mode;
     std::chrono::seconds limit{600};
-    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:r:m:w:i:t:")) != -1;) {
+    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:r:m:w:i:t:a:")) != -1;) {
         switch (c) {
         case 'm':
             mode = optarg;
@@ -400,6 +389,9 @@ int main(int argc, char** argv) try {
             break;
         case 't':
             limit = std::chrono::seconds{std::stol(optarg)};
+            break;
+        case 'a':
+            options.settings.local_ack_timeout = std::chrono::milliseconds{std::stol(optarg)};
             break;
         case 'b':
             bind = optarg;

@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -464,5 +465,71 @@ TEST_CASE("peer_group, connections on first use: a peer that does not answer, on
     CHECK(timed_out.find("did not answer rank 0's first-use handshake within 300 ms") != std::string::npos);
     CHECK(waited_ms >= 300);
     CHECK(waited_ms < 5000); // bounded by the timeout, not by a retry loop
-    CHECK(refused.find("rank 1 could not make or connect its side") != std::string::npos);
+    CHECK(refused.find("rank 1 refused rank 0's first-use handshake") != std::string::npos);
+}
+
+TEST_CASE("peer_group, connections on first use with UD and loopback: the control QP's record comes after the UD one") {
+    using namespace pg_test;
+    int const n = 3;
+    rx::thread_world world{n, std::chrono::seconds{60}};
+    std::vector<int> heard(n, -1);
+    auto const errors = test::run_ranks(world, [&](rx::thread_bootstrap& boot) {
+        int const me = boot.rank(), next = (me + 1) % n, prev = (me + n - 1) % n;
+        rank_resources res(n, 256);
+        rx::peer_group_options opt;
+        opt.with_ud = true;
+        opt.loopback = true;
+        opt.connect_on_first_use = true;
+        rx::peer_group<rx::busy_poll> group{boot, res.port, res.pd, res.cq, res.cq, {}, opt};
+        if (!group.connected(me) || group.connected(next) || group.connected(prev))
+            throw std::runtime_error("before first use: only the loopback QP may be connected");
+        // The handshakes go to the control QPs named after the UD endpoints in the records.
+        (void)group.qp(next);
+        (void)group.qp(prev);
+        if (!group.connected(next) || !group.connected(prev)) throw std::runtime_error("not connected after qp()");
+        group.ud_qp().post_recv(rx::recv{res.in(prev)}.id(7));
+        boot.barrier();
+        res.out(next)[0] = static_cast<std::byte>(me);
+        group.ud_qp().post(rx::send{res.out(next).first(1)}.id(8).to(group.ah(next), group.ud_qpn(next), group.qkey()));
+        for (int done = 0; done < 2; ++done) {
+            rx::work_completion const wc = test::next_completion(res.cq, std::chrono::seconds{30});
+            wc.throw_if_error();
+            if (wc.wr_id() == 7) heard[static_cast<std::size_t>(me)] = static_cast<int>(res.in(prev)[40]);
+        }
+        boot.barrier();
+    });
+    require_all_returned(errors);
+    for (int r = 0; r < n; ++r)
+        CHECK(heard[static_cast<std::size_t>(r)] == (r + n - 1) % n);
+}
+
+TEST_CASE("first-use message: its wire form, and what is not one") {
+    namespace d = rdmacxx::detail;
+    rx::endpoint a{0, 0x123456, 0x654321, rx::gid::parse("fe80::1"), IBV_MTU_1024};
+    rx::endpoint b{0, 0x42, 0x77, rx::gid::parse("fe80::2"), IBV_MTU_1024};
+    std::array<std::byte, d::first_use_message::bytes> wire{};
+    d::first_use_message const m{d::first_use_message::reply, 513, 3, 9, a, b};
+    m.write(wire.data());
+    CHECK(wire[0] == std::byte{'R'});
+    CHECK(wire[5] == std::byte{2});
+    CHECK(wire[6] == std::byte{2}); // 513, big-endian
+    CHECK(wire[7] == std::byte{1});
+    auto const back = d::first_use_message::read(wire);
+    REQUIRE(back);
+    CHECK(back->what == d::first_use_message::reply);
+    CHECK(back->attempt == 513);
+    CHECK(back->from == 3);
+    CHECK(back->to == 9);
+    CHECK(back->qp == a);
+    CHECK(back->answers == b);
+    auto bad = wire;
+    bad[5] = std::byte{9}; // no such kind
+    CHECK_FALSE(d::first_use_message::read(bad));
+    bad = wire;
+    bad[4] = std::byte{2}; // another version
+    CHECK_FALSE(d::first_use_message::read(bad));
+    CHECK_FALSE(d::first_use_message::read(std::span{wire}.first(d::first_use_message::bytes - 1)));
+    bad = wire;
+    bad[16 + 8] = std::byte{0x80}; // a reserved bit of the QPN
+    CHECK_FALSE(d::first_use_message::read(bad));
 }

@@ -247,14 +247,17 @@ struct peer_group_status {
 ///
 /// The constructor is collective and all or nothing: every rank of the bootstrap constructs its
 /// group with the same options, and every rank takes part in every exchange whatever fails
-/// locally. Either every rank returns a connected group (RTS), or every rank throws the same
-/// `peer_group_error` naming the ranks that failed and why. A rank must post its receives before
-/// a peer sends to it, so the usual order is: construct, post receives, `boot.barrier()`, send.
+/// locally. Either every rank returns a connected group (RTS; on first use, its control QP up
+/// and the RC QPs to come), or every rank throws the same `peer_group_error` naming the ranks
+/// that failed and why. A rank must post its receives before a peer sends to it, so the usual
+/// order is: construct, post receives (on first use: `qp(r)` for each peer that will send,
+/// then post), `boot.barrier()`, send.
 ///
 /// What each rank receives, for n ranks exposing k spans each (see docs/multi-node.md): n
-/// headers of 16 bytes and n records of 32 k bytes (+ 32 with UD) by allgather, one 32-byte
-/// endpoint from each rank by alltoall, and n status records of 8 bytes by allgather: O(n) bytes
-/// per rank (plus n reasons of 512 bytes when a rank failed). Ranks built with other options
+/// headers of 16 bytes and n records of 32 k bytes (+ 32 with UD, + 32 on first use) by
+/// allgather, one 32-byte endpoint from each rank by alltoall (none on first use), and n status
+/// records of 8 bytes by allgather: O(n) bytes per rank (plus n reasons of 512 bytes when a
+/// rank failed). Ranks built with other options
 /// (size, UD, number of spans) are told apart by the headers, before any exchange whose size
 /// depends on them, and fail the group like any other failure.
 ///
@@ -264,7 +267,10 @@ struct peer_group_status {
 /// QPs and address handles are its own and independent of each other, so a move keeps them
 /// where they are (what refers to a QP of the group follows it) and a move assignment destroys
 /// the QPs held, then the address handles.
-/// Thread-safety: as for each QP it holds; the accessors are safe from several threads.
+/// Thread-safety: as for each QP it holds; the accessors are safe from several threads. On first
+/// use, `qp()` and `progress()` make, connect and reset RC QPs on the user's CQs from the calling
+/// thread (handshakes serialise on one mutex): with `checked` QPs, call them from the thread that
+/// polls those CQs.
 /// @see ibv_modify_qp(3), ibv_create_ah(3), MPI_Allgather(3), MPI_Alltoall(3)
 template <completion_strategy Completion>
 class peer_group {
@@ -277,12 +283,15 @@ public:
     /// Creates one RC QP per other rank (and one UD QP), exchanges headers, then the `exposed` spans
     /// and the UD endpoint by `boot.allgather` and each RC QP's endpoint with the rank it is for by
     /// `boot.alltoall`,
-    /// connects every RC QP, then agrees with every rank on the outcome by `boot.allgather`; on
+    /// connects every RC QP, then agrees with every rank on the outcome by `boot.allgather`. On
+    /// first use it creates no RC QP (but the loopback one) and no alltoall is made: the control
+    /// QP (its CQ, its 16 KiB of registered memory) instead, whose endpoint goes with the spans. On
     /// `port`, in `pd`, with completions to `send_cq` and `recv_cq` (they may be the same CQ, and
     /// must hold the completions of all the group's QPs).
     /// @throws peer_group_error on every rank when any rank failed to create its QPs, was built
     ///         with options other than rank 0's, could not read a peer's header or spans (another
-    ///         rdmacxx version, or corrupt), to connect or to make an address handle; argument_error (on this rank
+    ///         rdmacxx version, or corrupt), to connect or to make an address handle, or (on first
+    ///         use) to make its control QP or whose `first_use_timeout` is not positive; argument_error (on this rank
     ///         only, before any exchange) when the bootstrap's rank or size is out of range; whatever the bootstrap
     ///         throws (the group cannot agree then).
     template <bootstrap Bootstrap>
@@ -322,8 +331,12 @@ public:
                 if ((r != me && !first_use) || (r == me && opt.loopback))
                     qps_[r].emplace(pd, send_cq, recv_cq, opt.caps);
             if (first_use) {
-                first_use_ = std::make_unique<detail::first_use<Completion>>(
-                    port, pd, send_cq, recv_cq, opt.caps, opt.settings, opt.first_use_timeout, rank_, size_);
+                if (opt.first_use_timeout <= std::chrono::milliseconds{0})
+                    detail::throw_argument("peer_group: first_use_timeout is " +
+                                           std::to_string(opt.first_use_timeout.count()) + " ms; it must be positive");
+                first_use_ = std::make_unique<detail::first_use<Completion>>(port, pd, send_cq, recv_cq, opt.caps,
+                                                                             opt.settings, qos(opt.settings),
+                                                                             opt.first_use_timeout, rank_, size_);
                 put(mine.data() + control_at, first_use_->local_endpoint().to_bytes());
             }
             if (opt.with_ud) {
@@ -399,11 +412,7 @@ public:
                         auto const at = std::span<std::byte const>{all}.subspan(r * record + ud_at, endpoint_bytes);
                         endpoint const ud_remote = endpoint::from_bytes(at);
                         ud_remotes_[r] = ud_remote.qpn;
-                        ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid,
-                                        address_qos{.service_level = opt.settings.service_level.value_or(0),
-                                                    .hop_limit = opt.settings.hop_limit.value_or(64),
-                                                    .traffic_class = opt.settings.traffic_class.value_or(0),
-                                                    .flow_label = opt.settings.flow_label.value_or(0)});
+                        ahs_[r].emplace(pd, port, ud_remote.lid, ud_remote.gid, qos(opt.settings));
                     });
             }
         }
@@ -428,16 +437,14 @@ public:
 
     /// The RC QP connected to `peer`; for `peer == rank()`, with `peer_group_options::loopback`,
     /// the QP connected to itself.
-    /// @throws argument_error when `peer` is not in [0, size()), or is this rank in a group made
-    ///         without loopback.
     ///
     /// With `connect_on_first_use`, the first call for a peer makes the QP and runs the
     /// handshake with it (answering other ranks' handshakes meanwhile), within
     /// `first_use_timeout`; later calls cost one atomic load more than without.
     /// @throws argument_error when `peer` is not in [0, size()), or is this rank in a group made
     ///         without loopback; on first use, peer_connect_error when `peer` did not answer
-    ///         within the timeout or refused, and what making or connecting this rank's QP
-    ///         throws (sys_error, argument_error).
+    ///         within the timeout, refused, or could not be connected to; what making this
+    ///         rank's QP throws (sys_error, argument_error); wc_error when the control QP failed.
     [[nodiscard]] rc_queue_pair& qp(int peer) {
         if (peer == rank_ && !has_loopback()) [[unlikely]]
             detail::throw_argument("peer_group::qp: rank " + std::to_string(peer) +
@@ -459,8 +466,11 @@ public:
     /// With `connect_on_first_use`: answers the handshakes of peers that asked for a QP to this
     /// rank, without waiting (a rank that waits for a peer's first message outside the group
     /// calls it in its loop). Without, it does nothing.
+    /// It makes, connects or resets this rank's QP for each peer that asked. Handles at most 64
+    /// messages a call.
     /// @return how many handshake messages were handled.
-    /// @throws sys_error when the device refuses to post to the control QP.
+    /// @throws wc_error when the control QP failed (it is in ERR); sys_error when its receives
+    ///         cannot be posted again.
     std::size_t progress() { return first_use_ ? first_use_->progress(qps_) : 0; }
     /// True when the group was built with `loopback`: `qp(rank())` exists.
     [[nodiscard]] bool has_loopback() const noexcept {
@@ -506,6 +516,13 @@ private:
     static constexpr std::size_t endpoint_bytes = endpoint::wire_size;
     static constexpr std::size_t span_bytes = remote_span<std::byte>::wire_size;
 
+    // The address settings of the group's UD address handles.
+    static address_qos qos(qp_settings const& s) noexcept {
+        return {.service_level = s.service_level.value_or(0),
+                .hop_limit = s.hop_limit.value_or(64),
+                .traffic_class = s.traffic_class.value_or(0),
+                .flow_label = s.flow_label.value_or(0)};
+    }
     static constexpr std::size_t record_bytes(std::size_t spans, bool with_ud, bool first_use) noexcept {
         return spans * span_bytes + (with_ud ? endpoint_bytes : 0) + (first_use ? endpoint_bytes : 0);
     }
