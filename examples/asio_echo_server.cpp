@@ -162,9 +162,10 @@ awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, side& s, std:
                        std::optional<connection> connected = std::nullopt) {
     using namespace ::asio::experimental::awaitable_operators;
     auto const ex = co_await ::asio::this_coro::executor;
-    auto c = connected ? std::move(connected)
-                       : co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, s.resources(), opt.connection,
-                                                                               use_awaitable);
+    std::optional<connection> c = std::move(connected);
+    if (!c)
+        c = co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, s.resources(), opt.connection,
+                                                                  use_awaitable);
     std::size_t const at = 2 * std::size_t{held != nullptr ? id % opt.clients : id} * opt.size; // its slots
     auto const out = s.mr.span().subspan(at, opt.size);
     auto const in = s.mr.span().subspan(at + opt.size, opt.size);
