@@ -30,7 +30,7 @@
 #include "rdmacxx/asio.hpp"
 #include "rdmacxx/rdmacxx.hpp"
 
-#include "process_stats.hpp"
+#include "server_modes.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
@@ -188,7 +188,7 @@ std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::
 
 // -m server: the server alone, for `expected` clients (see the usage).
 int serve(cm::address const& where, std::uint32_t expected, settings const& opt, std::chrono::seconds limit) {
-    namespace ps = process_stats;
+    namespace ps = server_modes;
     ::asio::io_context io{1};
     rxa::cm_engine eng{io.get_executor()};
     rxa::cm_acceptor<rx::rc> listener{eng, where, {.backlog = 1024}};
@@ -312,28 +312,13 @@ int main(int argc, char** argv) try {
     std::string bind;
     std::uint16_t port = 0;
     settings opt;
-    std::string mode, local;
-    std::uint32_t expected = 0, first_id = 0;
-    std::chrono::seconds limit{600};
-    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:s:m:w:i:t:l:a:")) != -1;) {
+    std::string local;
+    server_modes::options modes;
+    for (int c; (c = ::getopt(argc, argv, (std::string{"b:p:c:n:s:l:"} + server_modes::letters).c_str())) != -1;) {
+        if (server_modes::take(c, optarg, modes)) continue;
         switch (c) {
-        case 'm':
-            mode = optarg;
-            break;
-        case 'w':
-            expected = static_cast<std::uint32_t>(std::stoul(optarg));
-            break;
-        case 'i':
-            first_id = static_cast<std::uint32_t>(std::stoul(optarg));
-            break;
-        case 't':
-            limit = std::chrono::seconds{std::stol(optarg)};
-            break;
         case 'l':
             local = optarg;
-            break;
-        case 'a':
-            opt.connection.settings.local_ack_timeout = std::chrono::milliseconds{std::stol(optarg)};
             break;
         case 'b':
             bind = optarg;
@@ -364,17 +349,18 @@ int main(int argc, char** argv) try {
         return 2;
     }
     if (opt.clients == 0 || opt.clients > 1000 || opt.messages == 0 || opt.size == 0 || opt.size > 4096 ||
-        expected > 4000)
+        modes.expected > 4000)
         throw rx::argument_error("-c is 1 … 1000, -w at most 4000, -n positive, -s 1 … 4096");
-    if (mode == "server") {
-        if (expected == 0 || port == 0) throw rx::argument_error("-m server needs -p port and -w clients");
-        return serve(cm::address::resolve(bind, port), expected, opt, limit);
+    if (modes.ack_timeout.count() > 0) opt.connection.settings.local_ack_timeout = modes.ack_timeout;
+    if (modes.mode == "server") {
+        if (modes.expected == 0 || port == 0) throw rx::argument_error("-m server needs -p port and -w clients");
+        return serve(cm::address::resolve(bind, port), modes.expected, opt, modes.limit);
     }
-    if (mode == "client") {
+    if (modes.mode == "client") {
         if (local.empty() || port == 0) throw rx::argument_error("-m client needs -p port and -l local-address");
-        return clients_only(cm::address::resolve(local, 0), cm::address::resolve(bind, port), first_id, opt);
+        return clients_only(cm::address::resolve(local, 0), cm::address::resolve(bind, port), modes.first_id, opt);
     }
-    if (!mode.empty()) throw rx::argument_error("-m is server or client");
+    if (!modes.mode.empty()) throw rx::argument_error("-m is server or client");
 
     ::asio::io_context io{1};
     rxa::cm_engine eng{io.get_executor()};

@@ -29,7 +29,7 @@
 //      a loaded host more.
 #include "rdmacxx/rdmacxx.hpp"
 
-#include "process_stats.hpp"
+#include "server_modes.hpp"
 
 #include <getopt.h>
 #include <sys/epoll.h>
@@ -301,16 +301,16 @@ int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messag
     auto const deadline = std::chrono::steady_clock::now() + limit;
     auto const out_of_time = [&] { return std::chrono::steady_clock::now() > deadline; };
     server srv{where, expected};
-    std::size_t const threads0 = process_stats::threads(), fds0 = process_stats::descriptors();
-    long const rss0 = process_stats::rss_kib();
+    std::size_t const threads0 = server_modes::threads(), fds0 = server_modes::descriptors();
+    long const rss0 = server_modes::rss_kib();
     std::printf("listening on %s: %zu thread(s), %zu descriptors, RSS %ld KiB\n", where.to_string().c_str(), threads0,
                 fds0, rss0);
     std::fflush(stdout);
     std::uint64_t const want = std::uint64_t{expected} * messages;
     std::size_t threads_max = threads0, fds_max = fds0;
     auto const watch = [&] {
-        threads_max = std::max(threads_max, process_stats::threads());
-        fds_max = std::max(fds_max, process_stats::descriptors());
+        threads_max = std::max(threads_max, server_modes::threads());
+        fds_max = std::max(fds_max, server_modes::descriptors());
         return out_of_time();
     };
     srv.run_until([&] { return watch() || (srv.accepted() >= expected && srv.answered() >= want); });
@@ -322,14 +322,14 @@ int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messag
         return 1;
     }
     double const connect_s = std::chrono::duration<double>(srv.last_established() - srv.first_request()).count();
-    long const rss1 = process_stats::rss_kib();
+    long const rss1 = server_modes::rss_kib();
     std::printf("ready: %zu connections open, %llu messages answered and verified; %zu connections in %.3f s "
                 "(%.0f per second); RSS %ld KiB (%.1f KiB per connection above the listening server), %zu bytes "
                 "registered in all; %zu thread(s), %zu descriptors\n",
                 srv.open(), static_cast<unsigned long long>(srv.answered()), srv.accepted(), connect_s,
                 static_cast<double>(srv.accepted()) / connect_s, rss1,
                 static_cast<double>(rss1 - rss0) / static_cast<double>(srv.accepted()), srv.registered_bytes(),
-                process_stats::threads(), process_stats::descriptors());
+                server_modes::threads(), server_modes::descriptors());
     std::fflush(stdout);
     std::chrono::steady_clock::time_point killed_at{};
     srv.run_until([&] {
@@ -345,12 +345,12 @@ int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messag
     double const notice_s = killed_at == std::chrono::steady_clock::time_point{} ? -1 : since(killed_at);
     std::printf("gone: all %zu clients noticed %.3f s after SIGUSR1; %zu thread(s), %zu descriptors (%zu and %zu "
                 "at most), RSS %ld KiB\n",
-                srv.accepted(), notice_s, process_stats::threads(), process_stats::descriptors(), threads_max, fds_max,
-                process_stats::rss_kib());
+                srv.accepted(), notice_s, server_modes::threads(), server_modes::descriptors(), threads_max, fds_max,
+                server_modes::rss_kib());
     std::fflush(stdout);
     auto const until = std::chrono::steady_clock::now() + 60s;
     srv.run_until([&] { return leave != 0 || std::chrono::steady_clock::now() > until || out_of_time(); });
-    bool const constant = threads_max == threads0 && process_stats::descriptors() == fds0;
+    bool const constant = threads_max == threads0 && server_modes::descriptors() == fds0;
     if (!constant) std::fprintf(stderr, "cm_shared_server: threads or descriptors not constant\n");
     return constant ? 0 : 1;
 }
@@ -373,26 +373,11 @@ int clients_only(cm::address const& where, std::uint32_t count, std::uint32_t fi
 int main(int argc, char** argv) try {
     std::string bind;
     std::uint16_t port = 0;
-    std::uint32_t n_clients = 32, n_messages = 100, cycles = 0, expected = 0, first_id = 0;
-    std::string mode;
-    std::chrono::seconds limit{600};
-    for (int c; (c = ::getopt(argc, argv, "b:p:c:n:r:m:w:i:t:a:")) != -1;) {
+    std::uint32_t n_clients = 32, n_messages = 100, cycles = 0;
+    server_modes::options modes;
+    for (int c; (c = ::getopt(argc, argv, (std::string{"b:p:c:n:r:"} + server_modes::letters).c_str())) != -1;) {
+        if (server_modes::take(c, optarg, modes)) continue;
         switch (c) {
-        case 'm':
-            mode = optarg;
-            break;
-        case 'w':
-            expected = static_cast<std::uint32_t>(std::stoul(optarg));
-            break;
-        case 'i':
-            first_id = static_cast<std::uint32_t>(std::stoul(optarg));
-            break;
-        case 't':
-            limit = std::chrono::seconds{std::stol(optarg)};
-            break;
-        case 'a':
-            options.settings.local_ack_timeout = std::chrono::milliseconds{std::stol(optarg)};
-            break;
         case 'b':
             bind = optarg;
             break;
@@ -419,14 +404,16 @@ int main(int argc, char** argv) try {
         std::cerr << "cm_shared_server: -b address (the RDMA device's IP address) is required\n";
         return 2;
     }
+    if (modes.ack_timeout.count() > 0) options.settings.local_ack_timeout = modes.ack_timeout;
+    std::string const& mode = modes.mode;
     if (mode == "server") {
-        if (expected == 0 || port == 0) {
+        if (modes.expected == 0 || port == 0) {
             std::cerr << "cm_shared_server: -m server needs -p port and -w clients\n";
             return 2;
         }
-        return serve(cm::address::resolve(bind, port), expected, n_messages, limit);
+        return serve(cm::address::resolve(bind, port), modes.expected, n_messages, modes.limit);
     }
-    if (mode == "client") return clients_only(cm::address::resolve(bind, port), n_clients, first_id, n_messages);
+    if (mode == "client") return clients_only(cm::address::resolve(bind, port), n_clients, modes.first_id, n_messages);
     if (!mode.empty()) {
         std::cerr << "cm_shared_server: -m is server or client\n";
         return 2;

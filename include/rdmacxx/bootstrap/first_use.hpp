@@ -158,7 +158,7 @@ public:
               completion_queue<Completion>& recv_cq, qp_capabilities caps, qp_settings settings, address_qos qos,
               std::chrono::milliseconds timeout, int rank, int size)
         : port_(port), pd_(pd.anchor_cell()), send_cq_(send_cq.anchor_cell()), recv_cq_(recv_cq.anchor_cell()),
-          caps_(caps), settings_(std::move(settings)), qos_(qos), timeout_(timeout), rank_(rank),
+          caps_(caps), settings_(settings), qos_(qos), timeout_(timeout), rank_(rank),
           state_(std::make_unique<std::atomic<std::uint8_t>[]>(static_cast<std::size_t>(size))),
           buffer_((receives + sends) * buffer_bytes), mr_(pd.register_memory(std::span{buffer_}, access::local_write)),
           cq_(port.context(), static_cast<int>(receives + sends)),
