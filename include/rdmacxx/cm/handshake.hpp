@@ -97,10 +97,13 @@ public:
 
     /// Passive side: the id of a connect request (moved to `eng`'s channel when on another),
     /// its QP taken from `src`, `before_accept` called, the accept sent. UD is then connected
-    /// (`connected()`); RC and UC wait for `established`.
+    /// (`connected()`); RC and UC wait for `established`. A call the device or the CM refuses
+    /// on this request (a `sys_error`: e.g. the client left before its QP was made, and the
+    /// kernel refuses rdma_init_qp_attr(3) on its id with EINVAL) is this request's failure:
+    /// kept (`failed()`) for `done`, not thrown.
     /// @throws argument_error for private data over the limit, settings the device refuses, a
-    ///         QP on another device or not in RESET (nothing sent); sys_error when a call fails;
-    ///         what `before_accept` throws. A QP of the user's is in ERR when an error leaves.
+    ///         QP on another device or not in RESET (nothing sent); what `before_accept` throws
+    ///         other than a sys_error. A QP of the user's is in ERR when an error leaves.
     handshake(engine& eng, cm::id&& request_id, std::vector<std::byte> peer_data, connection_data const& peer,
               qp_source<Transport, Completion, Post> src, connection_options opt, BeforeAccept before_accept, Done done)
         : engine_(&eng), src_(std::move(src)), opt_(std::move(opt)), done_(std::move(done)),
@@ -122,6 +125,10 @@ public:
             } else {
                 c_->cm_id().accept(opt_.settings, opt_.private_data);
             }
+        } catch (sys_error const&) { // this request's failure, not the server's
+            fail_user_qp();
+            error_ = std::current_exception();
+            return;
         } catch (...) {
             fail_user_qp();
             throw;
@@ -142,6 +149,9 @@ public:
 
     /// True when the handshake connected without waiting (a UD accept): `finish()` reports it.
     [[nodiscard]] bool connected() const noexcept { return connected_; }
+    /// True when the handshake failed as it started (a passive one's refused call): `finish()`
+    /// reports it.
+    [[nodiscard]] bool failed() const noexcept { return error_ != nullptr; }
 
     [[nodiscard]] rdma_cm_id* key() const noexcept override { return key_; }
 
@@ -309,10 +319,10 @@ private:
     bool finished_ = false;
 };
 
-/// Starts `h` on `eng` (or, connected at once, reports it).
+/// Starts `h` on `eng` (or, connected or failed at once, reports it).
 template <class Handshake>
 void launch(engine& eng, std::unique_ptr<Handshake> h) {
-    if (h->connected())
+    if (h->connected() || h->failed())
         h->finish();
     else
         eng.start(std::move(h));

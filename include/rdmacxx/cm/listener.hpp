@@ -138,8 +138,11 @@ private:
 /// Completion>>)` is called once from the engine's `process()` when `established` came (UD: at
 /// once, before this returns), or with the error (`timeout_error` naming `step::accept` when
 /// the accept deadline passed). The connection stays on the engine. `opt` is copied.
-/// @throws argument_error, sys_error and what `before_accept` throws, as `accept` (before
-///         anything is sent, or with the request dropped) — `done` is then never called.
+/// A call the device or the CM refuses on this request (a `sys_error`, such as the EINVAL of a
+/// client that left before its QP was made) goes to `done`, before this returns: one client's
+/// failure is that client's only.
+/// @throws argument_error and what `before_accept` throws other than a sys_error, as `accept`
+///         (before anything is sent, or with the request dropped) — `done` is then never called.
 /// @see rdma_accept(3)
 template <transport Transport, completion_strategy Completion, class Done, class BeforeAccept = no_preparation>
 void accept(engine& eng, connect_request&& request, connection_options opt, Done&& done,
