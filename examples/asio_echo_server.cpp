@@ -9,7 +9,8 @@
 // (async_accept on an io::cm_acceptor); echo coroutines each keep one receive of their own in
 // the SRQ (async_recv) and send whatever lands in it back to the QP it came from (async_post).
 // Every client is one coroutine: it connects (async_connect), sends -n messages, awaits each echo
-// beside its send, checks it byte for byte, and disconnects (async_disconnect). One completion
+// beside its send, checks it byte for byte, and disconnects (disconnect(): on the engine it does
+// not wait; the engine sees the CM's answer). One completion
 // dispatcher per side routes the completions to the operations that posted them.
 //
 // Usage: asio_echo_server -b address [-p port] [-c clients] [-n messages] [-s size]
@@ -117,7 +118,7 @@ awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_sta
         std::optional<connection> c;
         try {
             c = co_await rxa::async_accept<rx::event_driven>(
-                listener, s.resources(), connection_options,
+                listener, connection_options, cm::shared_qp<rx::rc>(s.resources()),
                 [&st](connection& n) { st.by_qpn[n.qp().qp_num()] = &n.qp(); }, use_awaitable);
         } catch (rx::error const& e) { // that client's failure only (it left, was refused, timed out)
             std::fprintf(stderr, "asio_echo_server: an accept failed: %s\n", e.what());
@@ -161,11 +162,10 @@ awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, side& s, std:
                        std::vector<std::unique_ptr<connection>>* held = nullptr,
                        std::optional<connection> connected = std::nullopt) {
     using namespace ::asio::experimental::awaitable_operators;
-    auto const ex = co_await ::asio::this_coro::executor;
     std::optional<connection> c = std::move(connected);
     if (!c)
-        c = co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, s.resources(), opt.connection,
-                                                                  use_awaitable);
+        c = co_await rxa::async_connect<rx::rc, rx::event_driven>(
+            eng, to, opt.connection, rx::cm::shared_qp<rx::rc>(s.resources()), use_awaitable);
     std::size_t const at = 2 * std::size_t{held != nullptr ? id % opt.clients : id} * opt.size; // its slots
     auto const out = s.mr.span().subspan(at, opt.size);
     auto const in = s.mr.span().subspan(at + opt.size, opt.size);
@@ -180,7 +180,7 @@ awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, side& s, std:
     if (held != nullptr)
         held->push_back(std::make_unique<connection>(std::move(*c)));
     else
-        co_await rxa::async_disconnect(ex, *c, 10s, use_awaitable);
+        c->disconnect(); // on the engine: the DREQ sent and the QP in ERR, without waiting
     ++finished;
 }
 
@@ -284,8 +284,8 @@ int clients_only(cm::address const& local, cm::address const& to, std::uint32_t 
     // let some run past their step deadline); each client then exchanges on its own coroutine.
     auto connect_all = [&]() -> awaitable<void> {
         for (std::uint32_t i = 0; i < opt.clients; ++i) {
-            auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, s.resources(), opt.connection,
-                                                                           use_awaitable);
+            auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(
+                eng, to, opt.connection, rx::cm::shared_qp<rx::rc>(s.resources()), use_awaitable);
             ::asio::co_spawn(io, client(eng, to, s, first + i, opt, good, finished, &held, std::move(c)), keep);
         }
     };

@@ -59,22 +59,22 @@ struct result {
 };
 
 // Accepts one client on the region's PD and hands it the region's remote_span.
-awaitable<void> server(cm::listener<rx::rc>& listener, cm::resources<rx::event_driven> shared, rx::memory_region& mr,
-                       std::optional<connection>& kept) {
-    auto const ex = co_await ::asio::this_coro::executor;
+awaitable<void> server(rxa::cm_acceptor<rx::rc>& acceptor, cm::resources<rx::event_driven> shared,
+                       rx::memory_region& mr, std::optional<connection>& kept) {
     auto const remote = mr.remote();
     cm::connection_options opt;
     opt.settings.remote_access = rx::access::remote_read; // the client READs the region
     auto const blob = cm::to_private_data<cm::private_data_message::accept, rx::rc>(remote);
     opt.private_data.assign(blob.begin(), blob.end());
-    auto c = co_await rxa::async_accept<rx::event_driven>(ex, listener, shared, opt, use_awaitable);
+    auto c =
+        co_await rxa::async_accept<rx::event_driven>(acceptor, opt, cm::shared_qp<rx::rc>(shared), {}, use_awaitable);
     kept.emplace(std::move(*c));
 }
 
-awaitable<void> client(cm::address const& to, settings const& opt, result& r) {
+awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, settings const& opt, result& r) {
     auto const ex = co_await ::asio::this_coro::executor;
     auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(
-        ex, to, {.caps = {.max_send_wr = opt.depth, .max_recv_wr = 1}}, use_awaitable);
+        eng, to, {.caps = {.max_send_wr = opt.depth, .max_recv_wr = 1}}, {}, use_awaitable);
     auto const region = cm::from_private_data<rx::remote_span<std::byte>>(c->peer_private_data());
     if (region.size() < opt.region) throw std::runtime_error("the server's region is smaller than -S");
     rxa::completion_dispatcher d{ex, *c->cq_channel()};
@@ -137,9 +137,9 @@ awaitable<void> client(cm::address const& to, settings const& opt, result& r) {
     if (failed) {
         // READs may still be posted, over `local` and `mr`: disconnect (the QP goes to ERR and
         // flushes them), then wait until every one's callback has run (the dispatcher reaped its
-        // completion), before any of them is destroyed. Each step is bounded.
+        // completion), before any of them is destroyed. The wait is bounded.
         try {
-            co_await rxa::async_disconnect(ex, *c, 10s, use_awaitable);
+            c->disconnect();              // on the engine: the DREQ sent and the QP in ERR, without waiting
         } catch (std::exception const&) { // the error to report is the first one
         }
         auto const deadline = std::chrono::steady_clock::now() + 10s;
@@ -159,7 +159,7 @@ awaitable<void> client(cm::address const& to, settings const& opt, result& r) {
                      d.in_flight());
         std::rethrow_exception(failed);
     }
-    co_await rxa::async_disconnect(ex, *c, 10s, use_awaitable);
+    c->disconnect();
     r.done = true;
 }
 
@@ -206,7 +206,9 @@ int main(int argc, char** argv) try {
         throw rx::argument_error("-s must be positive and at most -S; -q is 1 … 128");
 
     ::asio::io_context io{1};
-    cm::listener<rx::rc> listener{cm::address::resolve(bind, port)};
+    rxa::cm_engine eng{io.get_executor()}; // both sides' CM events, read by the reactor
+    rxa::cm_acceptor<rx::rc> acceptor{eng, cm::address::resolve(bind, port)};
+    cm::listener<rx::rc>& listener = acceptor.listener();
     auto const to = cm::address::resolve(bind, listener.port());
     // The server's PD, CQ and channel: the region's rkey is valid on QPs of this PD only.
     rx::protection_domain pd{listener.cm_id().context()};
@@ -223,9 +225,9 @@ int main(int argc, char** argv) try {
         if (e && !failure) failure = e;
     };
     auto const t0 = std::chrono::steady_clock::now();
-    ::asio::co_spawn(io, server(listener, {.pd = pd, .send_cq = cq, .recv_cq = cq, .channel = &channel}, mr, accepted),
+    ::asio::co_spawn(io, server(acceptor, {.pd = pd, .send_cq = cq, .recv_cq = cq, .channel = &channel}, mr, accepted),
                      keep);
-    ::asio::co_spawn(io, client(to, opt, r), keep);
+    ::asio::co_spawn(io, client(eng, to, opt, r), keep);
     auto const deadline = std::chrono::steady_clock::now() + 120s;
     while (!r.done && !failure && std::chrono::steady_clock::now() < deadline)
         io.run_one_for(1s);

@@ -36,7 +36,7 @@ template <class Completion>
 int serve(options const& o) {
     cm::listener<rx::rc> server{cm::address::resolve(o.address, o.port)};
     std::printf("cm_server: listening on %s\n", server.cm_id().local_address().to_string().c_str());
-    auto conn = server.accept<Completion>(60s);
+    auto conn = server.get_request(60s).accept<rx::rc, Completion>();
     std::printf("cm_server: connected to %s\n", conn.peer_name().c_str());
     std::vector<std::byte> buf(o.size);
     auto mr = conn.pd().register_memory(std::span{buf}, rx::access::local_write);

@@ -150,7 +150,11 @@ private:
             .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
         auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
         cm::accept<rx::rc, rx::event_driven>(
-            engine_, std::move(req), shared, options,
+            engine_, std::move(req), options, cm::shared_qp<rx::rc>(shared),
+            [this, qpn](connection& c) {
+                *qpn = c.qp().qp_num();
+                qps_[*qpn] = &c.qp(); // the QP stays where it is when the connection moves
+            },
             [this, qpn](std::exception_ptr const& error, std::optional<connection> c) {
                 if (error) {
                     qps_.erase(*qpn);
@@ -168,10 +172,6 @@ private:
                 open_ = by_qpn_.size();
                 ++accepted_;
                 last_established_ = std::chrono::steady_clock::now();
-            },
-            [this, qpn](connection& c) {
-                *qpn = c.qp().qp_num();
-                qps_[*qpn] = &c.qp(); // the QP stays where it is when the connection moves
             });
     }
 

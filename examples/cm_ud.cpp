@@ -48,7 +48,7 @@ int serve(options const& o) {
     std::size_t const slot = rx::ud::grh_bytes + o.size;
     std::vector<std::byte> buf(2 * slot);
     std::optional<rx::memory_region> mr;
-    auto conn = server.get_request(60s).accept<rx::ud, rx::busy_poll>({}, [&](auto& c) {
+    auto conn = server.get_request(60s).accept<rx::ud, rx::busy_poll>({}, {}, [&](auto& c) {
         mr.emplace(c.pd().register_memory(std::span{buf}, rx::access::local_write));
         c.qp().post_recv(rx::recv{mr->span().subspan(0, slot)}.id(0));
     });

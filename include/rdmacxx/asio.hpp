@@ -12,7 +12,8 @@
 ///
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
-/// - rdmacxx/asio/cm.hpp: `async_connect`, `async_accept`, `async_disconnect`;
+/// - rdmacxx/asio/cm_engine.hpp: `cm_engine` (the Asio driver of the CM engine), `cm_acceptor`,
+///   `async_connect`, `async_accept`;
 /// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events);
 /// - rdmacxx/asio/descriptor.hpp: the duplicated descriptors they wait on (internal);
 /// - rdmacxx/asio/op_slot.hpp, rdmacxx/asio/post_pool.hpp: the dispatcher's operation slots and
@@ -20,7 +21,6 @@
 ///
 /// See docs/asio.md.
 
-#include "rdmacxx/asio/cm.hpp"
 #include "rdmacxx/asio/cm_engine.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"

@@ -2,7 +2,7 @@
 /// @file
 /// The connection-manager umbrella: rdmacxx/verbs.hpp and the RDMA CM (`cm::` ids, events,
 /// listeners, connections, multicast, private data). Needs librdmacm besides libibverbs
-/// (`-lrdmacm -libverbs`). The Asio adapter's CM operations are in rdmacxx/asio/cm.hpp.
+/// (`-lrdmacm -libverbs`). The Asio driver of the CM engine is in rdmacxx/asio/cm_engine.hpp.
 
 #include "rdmacxx/verbs.hpp"
 

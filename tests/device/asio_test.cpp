@@ -648,27 +648,31 @@ TEST_CASE("asio: device async events arrive through async_wait") {
 TEST_CASE("asio: the private data is copied when a connect or accept starts; the caller's buffer may change at once") {
     // Before: the options held a span, and the coroutine read it two awaits later.
     ::asio::io_context io;
-    auto const ex = io.get_executor();
-    rx::cm::listener<rx::rc> listener{test::device_address(0)};
-    auto const to = rx::cm::address::resolve(test::device_ip(), listener.port());
+    rxa::cm_engine eng{io.get_executor()};
+    rxa::cm_acceptor<rx::rc> acceptor{eng, test::device_address(0)};
+    auto const to = rx::cm::address::resolve(test::device_ip(), acceptor.port());
     using conn = rx::cm::connection<rx::rc, rx::event_driven>;
     std::vector<std::byte> const hello(40, std::byte{0x5a}), welcome(100, std::byte{0xa5});
     rx::cm::connection_options sopt, copt;
     sopt.private_data = welcome;
     copt.private_data = hello;
     std::optional<conn> server, client;
-    rxa::async_accept<rx::event_driven>(ex, listener, sopt, [&](std::exception_ptr e, std::optional<conn> c) {
+    rxa::async_accept<rx::event_driven>(acceptor, sopt, {}, {}, [&](std::exception_ptr e, std::optional<conn> c) {
         CHECK_FALSE(e);
         if (c) server.emplace(std::move(*c));
     });
-    auto f = rxa::async_connect<rx::rc, rx::event_driven>(ex, to, copt, ::asio::use_future);
+    auto f = rxa::async_connect<rx::rc, rx::event_driven>(eng, to, copt, {}, ::asio::use_future);
     // Both operations have started; nothing has run yet. Overwrite the callers' buffers.
     std::fill(sopt.private_data.begin(), sopt.private_data.end(), std::byte{0});
     std::fill(copt.private_data.begin(), copt.private_data.end(), std::byte{0});
-    std::jthread runner{[&] { io.run_for(30s); }};
-    REQUIRE(f.wait_for(30s) == std::future_status::ready);
-    if (auto c = f.get()) client.emplace(std::move(*c));
+    std::jthread runner{[&] {
+        for (auto const end = std::chrono::steady_clock::now() + 30s;
+             !(server && f.wait_for(0s) == std::future_status::ready) && std::chrono::steady_clock::now() < end;)
+            io.run_for(50ms);
+    }};
     runner.join();
+    REQUIRE(f.wait_for(0s) == std::future_status::ready);
+    if (auto c = f.get()) client.emplace(std::move(*c));
     REQUIRE(server);
     REQUIRE(client);
     auto const got_by_server = server->peer_private_data(), got_by_client = client->peer_private_data();
@@ -676,31 +680,41 @@ TEST_CASE("asio: the private data is copied when a connect or accept starts; the
     REQUIRE(got_by_client.size() >= welcome.size());
     CHECK(std::equal(hello.begin(), hello.end(), got_by_server.begin()));
     CHECK(std::equal(welcome.begin(), welcome.end(), got_by_client.begin()));
-    client->disconnect(10s);
-    CHECK(server->wait_disconnected(10s));
+    client->disconnect();
+    for (auto const end = std::chrono::steady_clock::now() + 10s;
+         server->state() == rx::cm::connection_state::established && std::chrono::steady_clock::now() < end;)
+        io.run_for(50ms);
+    CHECK(server->state() == rx::cm::connection_state::disconnected);
 }
 
-TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's disconnect fails every pending receive") {
+TEST_CASE("asio: CM connect and accept with every token; a peer's disconnect fails every pending receive") {
     ::asio::io_context io;
     auto const ex = io.get_executor();
-    rx::cm::listener<rx::rc> listener{test::device_address(0)};
-    auto const to = rx::cm::address::resolve(test::device_ip(), listener.port());
+    rxa::cm_engine eng{ex};
+    rxa::cm_acceptor<rx::rc> acceptor{eng, test::device_address(0)};
+    auto const to = rx::cm::address::resolve(test::device_ip(), acceptor.port());
     rx::cm::connection_options opt;
     opt.deadlines.event = 10s;
     using conn = rx::cm::connection<rx::rc, rx::event_driven>;
+    // Runs the context until `done()`, at most `bound`.
+    auto run_until = [&io](auto done, std::chrono::seconds bound) {
+        for (auto const end = std::chrono::steady_clock::now() + bound;
+             !done() && std::chrono::steady_clock::now() < end;) {
+            if (io.stopped()) io.restart();
+            io.run_for(20ms);
+        }
+    };
 
-    SUBCASE("callback accept, future connect, deferred and awaited disconnect") {
+    SUBCASE("callback accept, future connect; the client disconnects") {
         std::optional<conn> server, client;
-        rxa::async_accept<rx::event_driven>(ex, listener, opt, [&](std::exception_ptr e, std::optional<conn> c) {
+        rxa::async_accept<rx::event_driven>(acceptor, opt, {}, {}, [&](std::exception_ptr e, std::optional<conn> c) {
             CHECK_FALSE(e);
             if (c) server.emplace(std::move(*c));
         });
-        auto f = rxa::async_connect<rx::rc, rx::event_driven>(ex, to, opt, ::asio::use_future);
-        std::jthread runner{[&] { io.run_for(30s); }};
-        REQUIRE(f.wait_for(30s) == std::future_status::ready);
+        auto f = rxa::async_connect<rx::rc, rx::event_driven>(eng, to, opt, {}, ::asio::use_future);
+        run_until([&] { return server && f.wait_for(0s) == std::future_status::ready; }, 30s);
+        REQUIRE(f.wait_for(0s) == std::future_status::ready);
         if (auto c = f.get()) client.emplace(std::move(*c));
-        runner.join();
-        io.restart();
         REQUIRE(server);
         REQUIRE(client);
         CHECK(client->state() == rx::cm::connection_state::established);
@@ -713,85 +727,84 @@ TEST_CASE("asio: CM connect, accept and disconnect with every token; a peer's di
         for (std::size_t i = 0; i < 4; ++i)
             rxa::async_recv(d, server->qp(), rx::recv{buf.span().subspan(i * 64, 64)},
                             [&](std::error_code ec, rx::work_completion) { codes.push_back(ec); });
-        bool disconnected = false;
-        auto op = rxa::async_disconnect(ex, *client, opt.deadlines.of(rx::cm::step::disconnect),
-                                        ::asio::experimental::deferred);
         auto const start = std::chrono::steady_clock::now();
-        std::move(op)([&](std::exception_ptr e) {
-            CHECK_FALSE(e);
-            disconnected = true;
-        });
-        run_bounded(io);
-        CHECK(disconnected);
+        client->disconnect(); // on the engine: does not wait
+        CHECK(client->state() == rx::cm::connection_state::disconnected);
+        run_until([&] { return codes.size() == 4; }, 20s);
         REQUIRE(codes.size() == 4);
         for (auto const& ec : codes)
             CHECK(ec == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
-        // Bound: the disconnect timeout (the monitor moves the QP to ERR on the DREQ).
+        // Bound: the disconnect deadline (the engine moves the server's QP to ERR on the DREQ).
         CHECK(std::chrono::steady_clock::now() - start < opt.deadlines.of(rx::cm::step::disconnect));
-        CHECK(server->wait_disconnected(5s));
+        CHECK(server->state() == rx::cm::connection_state::disconnected);
+        d.forget(server->qp());
+        d.remove(server->cq());
     }
-    SUBCASE("awaitable connect and accept on shared resources; a timed-out accept") {
-        rx::protection_domain pd{listener.cm_id().context()};
-        rx::completion_channel channel{listener.cm_id().context()};
-        rx::completion_queue<rx::event_driven> cq{listener.cm_id().context(), 256, channel};
+    SUBCASE("awaitable connect and accept on shared resources, deferred connect") {
+        rx::protection_domain pd{acceptor.listener().cm_id().context()};
+        rx::completion_channel channel{acceptor.listener().cm_id().context()};
+        rx::completion_queue<rx::event_driven> cq{acceptor.listener().cm_id().context(), 256, channel};
         rx::cm::resources<rx::event_driven> const shared{.pd = pd, .send_cq = cq, .recv_cq = cq, .channel = &channel};
         std::exception_ptr failure;
         std::optional<conn> server, client;
+        test::buffer sbuf(pd, 256);
         spawn(
             io,
             [&]() -> ::asio::awaitable<void> {
-                auto c = co_await rxa::async_accept<rx::event_driven>(ex, listener, shared, opt, ::asio::use_awaitable);
+                auto c = co_await rxa::async_accept<rx::event_driven>(
+                    acceptor, opt, rx::cm::shared_qp<rx::rc>(shared),
+                    [&](conn& n) { n.qp().post_recv(rx::recv{sbuf.span()}.id(7)); }, ::asio::use_awaitable);
                 server.emplace(std::move(*c));
             },
             failure);
-        spawn(
-            io,
-            [&]() -> ::asio::awaitable<void> {
-                auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(ex, to, opt, ::asio::use_awaitable);
-                client.emplace(std::move(*c));
-            },
-            failure);
-        run_bounded(io, 30s);
+        auto op = rxa::async_connect<rx::rc, rx::event_driven>(eng, to, opt, {}, ::asio::experimental::deferred);
+        std::move(op)([&](std::exception_ptr e, std::optional<conn> c) {
+            if (e && !failure) failure = e;
+            if (c) client.emplace(std::move(*c));
+        });
+        run_until([&] { return (server && client) || failure; }, 30s);
         if (failure) std::rethrow_exception(failure);
         REQUIRE(server);
         REQUIRE(client);
-        // A message over the pair, both ends co_awaited on their dispatchers.
-        rxa::completion_dispatcher ds{ex, channel}, dc{ex, *client->cq_channel()};
-        ds.add(cq);
+        // A message over the pair: the receive posted before the accept, the send co_awaited.
+        rxa::completion_dispatcher dc{ex, *client->cq_channel()};
         dc.add(client->cq());
-        test::buffer sbuf(pd, 256), cbuf(client->pd(), 256);
+        test::buffer cbuf(client->pd(), 256);
         test::fill_pattern(cbuf.bytes_, 21);
-        spawn(
-            io,
-            [&]() -> ::asio::awaitable<void> {
-                auto wc = co_await rxa::async_recv(ds, server->qp(), rx::recv{sbuf.span()}, ::asio::use_awaitable);
-                CHECK(wc.byte_len() == 100);
-            },
-            failure);
+        bool sent = false;
         spawn(
             io,
             [&]() -> ::asio::awaitable<void> {
                 (void)co_await rxa::async_post(dc, client->qp(), rx::send{cbuf.span().first(100)},
                                                ::asio::use_awaitable);
-                co_await rxa::async_disconnect(ex, *client, 5s, ::asio::use_awaitable);
+                sent = true;
             },
             failure);
-        run_bounded(io);
+        run_until([&] { return sent || failure; }, 20s);
+        CHECK(sent);
         if (failure) std::rethrow_exception(failure);
+        auto const wc = cq.wait_one(10s);
+        REQUIRE(wc.has_value());
+        CHECK(wc->ok());
+        CHECK(wc->byte_len() == 100);
         CHECK(std::memcmp(sbuf.bytes_.data(), cbuf.bytes_.data(), 100) == 0);
+        client->disconnect();
         CHECK(client->state() == rx::cm::connection_state::disconnected);
+        dc.forget(client->qp());
+        dc.remove(client->cq());
     }
     SUBCASE("connecting to a port nobody listens on fails with the library's error") {
         auto const nobody =
-            rx::cm::address::resolve(test::device_ip(), static_cast<std::uint16_t>(listener.port() + 1));
+            rx::cm::address::resolve(test::device_ip(), static_cast<std::uint16_t>(acceptor.port() + 1));
         std::exception_ptr got;
         bool done = false;
-        rxa::async_connect<rx::rc, rx::event_driven>(ex, nobody, opt, [&](std::exception_ptr e, std::optional<conn> c) {
-            got = e;
-            CHECK_FALSE(c);
-            done = true;
-        });
-        run_bounded(io);
+        rxa::async_connect<rx::rc, rx::event_driven>(eng, nobody, opt, {},
+                                                     [&](std::exception_ptr e, std::optional<conn> c) {
+                                                         got = e;
+                                                         CHECK_FALSE(c);
+                                                         done = true;
+                                                     });
+        run_until([&] { return done; }, 20s);
         REQUIRE(done);
         REQUIRE(got);
         CHECK_THROWS_AS(std::rethrow_exception(got), rx::cm::cm_error);
@@ -937,7 +950,7 @@ TEST_CASE("asio: 16 clients and their server on one cm_engine and one io_context
         rx::cm::resources<rx::busy_poll> const shared{.pd = pd, .send_cq = cq, .recv_cq = cq};
         for (int i = 0; i < n; ++i) {
             rxa::async_accept<rx::busy_poll>(
-                acceptor, shared, {},
+                acceptor, {}, rx::cm::shared_qp<rx::rc>(shared),
                 [&](conn& c) { // before the accept is sent: the client may send at once
                     inbox.push_back(std::make_unique<test::buffer>(c.pd(), 64));
                     c.qp().post_recv(rx::recv{inbox.back()->span()}.id(inbox.size() - 1));
@@ -947,10 +960,11 @@ TEST_CASE("asio: 16 clients and their server on one cm_engine and one io_context
                     c->on_end([&](rx::cm::connection_state) { ++ended; });
                     served.push_back(std::move(*c));
                 });
-            rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, {}, [&](std::exception_ptr e, std::optional<conn> c) {
-                REQUIRE_FALSE(e);
-                clients.push_back(std::move(*c));
-            });
+            rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, {}, {},
+                                                      [&](std::exception_ptr e, std::optional<conn> c) {
+                                                          REQUIRE_FALSE(e);
+                                                          clients.push_back(std::move(*c));
+                                                      });
         }
         for (auto const end = std::chrono::steady_clock::now() + 60s;
              (served.size() < n || clients.size() < n) && std::chrono::steady_clock::now() < end;)
@@ -1013,7 +1027,7 @@ TEST_CASE("asio: on a cm_engine, bad input, a connect deadline and an acceptor g
         opt.private_data.assign(57, std::byte{1});
         std::exception_ptr error;
         bool called = false;
-        rxa::async_connect<rx::rc, rx::busy_poll>(eng, test::device_address(7471), opt,
+        rxa::async_connect<rx::rc, rx::busy_poll>(eng, test::device_address(7471), opt, {},
                                                   [&](std::exception_ptr e, std::optional<conn> c) {
                                                       called = true;
                                                       error = e;
@@ -1030,7 +1044,7 @@ TEST_CASE("asio: on a cm_engine, bad input, a connect deadline and an acceptor g
         bool called = false;
         {
             rxa::cm_acceptor<rx::rc> acceptor{eng, test::device_address(0)};
-            rxa::async_accept<rx::busy_poll>(acceptor, {}, [&](std::exception_ptr e, std::optional<conn> c) {
+            rxa::async_accept<rx::busy_poll>(acceptor, {}, {}, {}, [&](std::exception_ptr e, std::optional<conn> c) {
                 called = true;
                 error = e;
                 CHECK_FALSE(c.has_value());
@@ -1052,7 +1066,7 @@ TEST_CASE("asio: on a cm_engine, bad input, a connect deadline and an acceptor g
         std::exception_ptr error;
         bool called = false;
         auto const t0 = std::chrono::steady_clock::now();
-        rxa::async_connect<rx::rc, rx::busy_poll>(eng, rx::cm::address::resolve("198.18.0.77", 7471), opt,
+        rxa::async_connect<rx::rc, rx::busy_poll>(eng, rx::cm::address::resolve("198.18.0.77", 7471), opt, {},
                                                   [&](std::exception_ptr e, std::optional<conn>) {
                                                       called = true;
                                                       error = e;

@@ -82,19 +82,19 @@ TEST_SUITE("cm engine") {
             std::vector<std::unique_ptr<test::buffer>> served_bufs;
             cm::listener<rx::rc> server{eng, device_address(), {}, [&](cm::connect_request req) {
                                             cm::accept<rx::rc, rx::busy_poll>(
-                                                eng, std::move(req), {},
-                                                [&](std::exception_ptr error, std::optional<rc_connection> c) {
-                                                    REQUIRE_FALSE(error);
-                                                    served.push_back(std::make_unique<rc_connection>(std::move(*c)));
-                                                },
+                                                eng, std::move(req), {}, {},
                                                 [&](rc_connection& c) { // a receive before the client may send
                                                     served_bufs.push_back(std::make_unique<test::buffer>(c.pd(), 64));
                                                     c.qp().post_recv(rx::recv{served_bufs.back()->span()}.id(1));
+                                                },
+                                                [&](std::exception_ptr error, std::optional<rc_connection> c) {
+                                                    REQUIRE_FALSE(error);
+                                                    served.push_back(std::make_unique<rc_connection>(std::move(*c)));
                                                 });
                                         }};
             std::vector<outcome<rc_connection>> clients(n);
             for (auto& c : clients)
-                cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, c.handler());
+                cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, {}, c.handler());
             CHECK(eng.pending() == n); // nothing blocked: every handshake is under way
             drive(eng, [&] {
                 return served.size() == n &&
@@ -154,14 +154,14 @@ TEST_SUITE("cm engine") {
         std::optional<rc_connection> served;
         cm::listener<rx::rc> server{eng, device_address(), {}, [&](cm::connect_request req) {
                                         cm::accept<rx::rc, rx::busy_poll>(
-                                            eng, std::move(req), {},
+                                            eng, std::move(req), {}, {}, {},
                                             [&](std::exception_ptr error, std::optional<rc_connection> c) {
                                                 REQUIRE_FALSE(error);
                                                 served = std::move(c);
                                             });
                                     }};
         outcome<rc_connection> client;
-        cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, client.handler());
+        cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, {}, client.handler());
         drive(eng, [&] { return served.has_value() && client.finished; });
         REQUIRE(client.c.has_value());
         bool ended = false;
@@ -177,7 +177,7 @@ TEST_SUITE("cm engine") {
         std::vector<std::byte> const why = bytes_of("server full");
         cm::listener<rx::rc> server{eng, device_address(), {}, [&](cm::connect_request req) { req.reject(why); }};
         outcome<rc_connection> client;
-        cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, client.handler());
+        cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, {}, client.handler());
         drive(eng, [&] { return client.finished; });
         REQUIRE(client.error);
         CHECK_FALSE(client.c.has_value());
@@ -200,7 +200,7 @@ TEST_SUITE("cm engine") {
         outcome<rc_connection> client;
         auto const start = steady::now();
         // A host on the device's subnet that does not exist: the connect request goes unanswered.
-        cm::connect<rx::rc, rx::busy_poll>(eng, cm::address::resolve("198.18.0.77", 7471), opt, client.handler());
+        cm::connect<rx::rc, rx::busy_poll>(eng, cm::address::resolve("198.18.0.77", 7471), opt, {}, client.handler());
         drive(eng, [&] { return client.finished; });
         double const took = engine_test::ms_since(start);
         REQUIRE(client.error);
@@ -223,7 +223,7 @@ TEST_SUITE("cm engine") {
         opt.deadlines.accept = 1000ms;
         cm::listener<rx::rc> server{eng, device_address(), {}, [&](cm::connect_request req) {
                                         cm::accept<rx::rc, rx::busy_poll>(
-                                            eng, std::move(req), opt,
+                                            eng, std::move(req), opt, {}, {},
                                             [&](std::exception_ptr error, std::optional<rc_connection> c) {
                                                 if (error)
                                                     failures.push_back(error);
@@ -251,7 +251,7 @@ TEST_SUITE("cm engine") {
         CHECK(took < 1000.0 + 2000.0);
         // The same server accepts the next client.
         outcome<rc_connection> client;
-        cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, client.handler());
+        cm::connect<rx::rc, rx::busy_poll>(eng, device_address(server.port()), {}, {}, client.handler());
         drive(eng, [&] { return client.finished && served.size() == 1; });
         CHECK_FALSE(client.error);
         CHECK(served.front().state() == cm::connection_state::established);
@@ -263,7 +263,7 @@ TEST_SUITE("cm engine") {
         cm::listener<rx::ud> server{
             eng, device_address(), {}, [&](cm::connect_request req) {
                 cm::accept<rx::ud, rx::busy_poll>(
-                    eng, std::move(req), {},
+                    eng, std::move(req), {}, {}, {},
                     [&](std::exception_ptr error, std::optional<cm::connection<rx::ud, rx::busy_poll>> c) {
                         REQUIRE_FALSE(error);
                         served = std::move(c); // called before accept() returns
@@ -271,7 +271,7 @@ TEST_SUITE("cm engine") {
                 CHECK(served.has_value());
             }};
         outcome<cm::connection<rx::ud, rx::busy_poll>> client;
-        cm::connect<rx::ud, rx::busy_poll>(eng, device_address(server.port()), {}, client.handler());
+        cm::connect<rx::ud, rx::busy_poll>(eng, device_address(server.port()), {}, {}, client.handler());
         drive(eng, [&] { return client.finished; });
         REQUIRE_FALSE(client.error);
         REQUIRE(served.has_value());
@@ -285,7 +285,7 @@ TEST_SUITE("cm engine") {
         bool called = false;
         auto start = [&] {
             cm::connect<rx::rc, rx::busy_poll>(
-                eng, device_address(7471), opt,
+                eng, device_address(7471), opt, {},
                 [&](std::exception_ptr, std::optional<rc_connection>) { called = true; });
         };
         CHECK_THROWS_AS(start(), rx::argument_error);

@@ -73,7 +73,7 @@ int child_peer(std::istringstream& args, int out) {
     }
     cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
     child_say(out, "port " + std::to_string(server.port()));
-    auto conn = server.accept<rx::busy_poll>(30s);
+    auto conn = server.get_request(30s).accept<rx::rc, rx::busy_poll>();
     child_say(out, "up");
     std::this_thread::sleep_for(120s);
     return 0;
@@ -109,7 +109,7 @@ int child_hold_event(int out) {
     cm::listener<rx::rc> server{
         eng, cm::address::resolve(env_device_ip(), 0), {}, [&](cm::connect_request req) {
             cm::accept<rx::rc, rx::busy_poll>(
-                eng, std::move(req), {}, [&](std::exception_ptr error, std::optional<conn_t> c) {
+                eng, std::move(req), {}, {}, {}, [&](std::exception_ptr error, std::optional<conn_t> c) {
                     if (error) return;
                     served = std::make_unique<conn_t>(std::move(*c));
                     served->on_end([&](cm::connection_state) {
@@ -364,7 +364,7 @@ TEST_SUITE("device") {
         SUBCASE("the survivor accepted") {
             cm::listener<rx::rc> server{cm::address::resolve(env_device_ip(), 0)};
             child_process peer{"peer connect " + std::to_string(server.port())};
-            auto conn = server.template accept<C>(30s);
+            auto conn = server.get_request(30s).template accept<rx::rc, C>();
             REQUIRE(peer.line(30s) == "up");
             survive_the_kill(conn, peer, "survivor accepted");
             CHECK(peer.wait(10s).has_value());
@@ -406,7 +406,7 @@ TEST_SUITE("device") {
         cm::listener<rx::rc> server{
             eng, cm::address::resolve(env_device_ip(), 0), {}, [&](cm::connect_request req) {
                 cm::accept<rx::rc, rx::busy_poll>(
-                    eng, std::move(req), {},
+                    eng, std::move(req), {}, {}, {},
                     [&](std::exception_ptr error, std::optional<cm::connection<rx::rc, rx::busy_poll>> c) {
                         if (!error) served = std::move(c);
                     });
@@ -474,7 +474,7 @@ TEST_SUITE("device") {
         std::optional<cm::connection<rx::ud, rx::busy_poll>> client;
         std::thread t(
             [&] { client.emplace(cm::connect<rx::ud, rx::busy_poll>(cm::address::resolve(env_device_ip(), port))); });
-        auto conn = server.accept<rx::busy_poll>(30s);
+        auto conn = server.get_request(30s).accept<rx::ud, rx::busy_poll>();
         t.join();
         std::vector<std::byte> buf(39);
         rx::work_completion const wc{}; // value-initialised: zeros (default-initialised it is indeterminate)
@@ -540,7 +540,11 @@ private:
         cm::resources<rx::busy_poll> const shared{.pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_};
         auto const qpn = std::make_shared<std::uint32_t>(0);
         cm::accept<rx::rc, rx::busy_poll>(
-            engine_, std::move(req), shared, {},
+            engine_, std::move(req), {}, cm::shared_qp<rx::rc>(shared),
+            [this, qpn](connection& c) {
+                *qpn = c.qp().qp_num();
+                qps_[*qpn] = &c.qp();
+            },
             [this, qpn](std::exception_ptr error, std::optional<connection> c) {
                 if (error) { // a client killed during its handshake: its failure only
                     qps_.erase(*qpn);
@@ -554,10 +558,6 @@ private:
                     ++ended;
                 });
                 conns_[*qpn] = std::move(owned);
-            },
-            [this, qpn](connection& c) {
-                *qpn = c.qp().qp_num();
-                qps_[*qpn] = &c.qp();
             });
     }
 

@@ -57,7 +57,7 @@ TEST_SUITE("cm options") {
             background srv([&] {
                 cm::connection_options opt;
                 opt.settings.local_ack_timeout = server_timeout;
-                auto conn = server.accept<rx::busy_poll>(20s, opt);
+                auto conn = server.get_request(20s).accept<rx::rc, rx::busy_poll>(opt);
                 server_attr = query_path(conn.qp().native_handle());
                 test::buffer buf(conn.pd(), 256);
                 conn.qp().post_recv(rx::recv{buf.span()});
@@ -120,7 +120,7 @@ TEST_SUITE("cm options") {
             cm::listener<rx::rc> first{device_address(), cm::listener_options{.reuse_address = true}};
             port = first.port();
             background srv([&] {
-                auto conn = first.accept<rx::busy_poll>(20s);
+                auto conn = first.get_request(20s).accept<rx::rc, rx::busy_poll>();
                 (void)conn.wait_disconnected(20s);
             });
             auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port));
@@ -130,7 +130,7 @@ TEST_SUITE("cm options") {
         cm::listener<rx::rc> again{device_address(port), cm::listener_options{.reuse_address = true}};
         CHECK(again.port() == port);
         background srv([&] {
-            auto conn = again.accept<rx::busy_poll>(20s);
+            auto conn = again.get_request(20s).accept<rx::rc, rx::busy_poll>();
             (void)conn.wait_disconnected(20s);
         });
         auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port));
@@ -239,7 +239,8 @@ TEST_SUITE("cm options") {
         std::atomic<bool> ready{false};
         background srv([&] {
             // The client WRITEs into server_mem: granted, as nothing remote is by default.
-            auto conn = server.accept<rx::busy_poll>(20s, {.settings = {.remote_access = rx::access::remote_write}});
+            auto conn = server.get_request(20s).accept<rx::uc, rx::busy_poll>(
+                {.settings = {.remote_access = rx::access::remote_write}});
             auto mr =
                 conn.pd().register_memory(std::span{server_mem}, rx::access::local_write | rx::access::remote_write);
             test::buffer buf(conn.pd(), 256);

@@ -169,7 +169,11 @@ private:
         opt.caps.max_send_wr = 64;
         auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
         cm::accept<rx::rc, rx::event_driven>(
-            engine_, std::move(req), shared, opt,
+            engine_, std::move(req), opt, cm::shared_qp<rx::rc>(shared),
+            [this, qpn](connection& c) {
+                *qpn = c.qp().qp_num();
+                qps_[*qpn] = &c.qp(); // the QP stays where it is when the connection moves
+            },
             [this, qpn](std::exception_ptr error, std::optional<connection> c) {
                 if (error) qps_.erase(*qpn);
                 ensure(!error, "an accept failed");
@@ -182,10 +186,6 @@ private:
                 by_qpn_[*qpn] = std::move(owned);
                 ++accepted_;
                 open_ = by_qpn_.size();
-            },
-            [this, qpn](connection& c) {
-                *qpn = c.qp().qp_num();
-                qps_[*qpn] = &c.qp(); // the QP stays where it is when the connection moves
             });
     }
 

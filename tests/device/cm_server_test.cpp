@@ -92,8 +92,8 @@ TEST_SUITE("cm server") {
         std::vector<std::unique_ptr<cm::connection<rx::rc, C>>> served;
         for (int i = 0; i < 2; ++i) {
             background srv([&] {
-                served.push_back(
-                    std::make_unique<cm::connection<rx::rc, C>>(server.get_request(20s).accept<rx::rc, C>(shared)));
+                served.push_back(std::make_unique<cm::connection<rx::rc, C>>(
+                    server.get_request(20s).accept({}, cm::shared_qp<rx::rc>(shared))));
             });
             clients.push_back(cm::connect<rx::rc, rx::busy_poll>(device_address(port)));
             srv.join();
@@ -177,10 +177,10 @@ TEST_SUITE("cm server") {
         // UD: the server's QP and the client's on the same shared PD and CQ.
         std::optional<cm::connection<rx::ud, rx::event_driven>> served;
         background srv([&] {
-            served.emplace(server.get_request(20s).accept<rx::ud, rx::event_driven>(
-                shared, {}, [&](auto& c) { c.qp().post_recv(rx::recv{slot(0)}.id(10)); }));
+            served.emplace(server.get_request(20s).accept(
+                {}, cm::shared_qp<rx::ud>(shared), [&](auto& c) { c.qp().post_recv(rx::recv{slot(0)}.id(10)); }));
         });
-        auto client = cm::connect<rx::ud, rx::event_driven>(device_address(port), shared);
+        auto client = cm::connect(device_address(port), {}, cm::shared_qp<rx::ud>(shared));
         srv.join();
         CHECK_FALSE(client.owns_resources());
         CHECK(client.cq_channel() == &channel);
@@ -231,7 +231,7 @@ TEST_SUITE("cm server") {
         cm::resources<rx::event_driven> const wrong{
             .pd = pd, .send_cq = cq, .recv_cq = cq, .srq = nullptr, .channel = &ch_b};
         auto connect_wrong = [&] {
-            return cm::connect<rx::rc, rx::event_driven>(device_address(server.port()), wrong);
+            return cm::connect(device_address(server.port()), {}, cm::shared_qp<rx::rc>(wrong));
         };
         CHECK_THROWS_AS((void)connect_wrong(), rx::argument_error);
         CHECK_THROWS_AS((void)server.get_request(300ms), cm::timeout_error); // nothing reached the listener
@@ -263,7 +263,8 @@ TEST_SUITE("cm server") {
             opt.settings.remote_access = rx::access::remote_write; // the client WRITEs into target
             opt.settings.local_ack_timeout = 50ms; // on the passive side of a user's QP too: 50 ms -> 14
             opt.private_data.assign(pd_bytes.begin(), pd_bytes.end());
-            auto conn = req.accept(sqp, opt, [&](auto& c) { c.qp().post_recv(rx::recv{inbox.span()}.id(1)); });
+            auto conn =
+                req.accept(opt, cm::user_qp(sqp), [&](auto& c) { c.qp().post_recv(rx::recv{inbox.span()}.id(1)); });
             ibv_qp_attr attr{};
             ibv_qp_init_attr init{};
             CHECK(::ibv_query_qp(sqp.native_handle(), &attr, IBV_QP_TIMEOUT, &init) == 0);
@@ -274,7 +275,7 @@ TEST_SUITE("cm server") {
         auto const hello_bytes = cm::to_private_data<cm::private_data_message::connect, rx::rc>(h);
         cm::connection_options opt;
         opt.private_data.assign(hello_bytes.begin(), hello_bytes.end());
-        auto conn = cm::connect(device_address(port), cqp, opt);
+        auto conn = cm::connect(device_address(port), opt, cm::user_qp(cqp));
         CHECK(&conn.qp() == &cqp);
         CHECK(cqp.state() == IBV_QPS_RTS);
         auto const [where, ep] =
@@ -343,7 +344,7 @@ TEST_SUITE("cm server") {
             opt.deadlines.connect = 1000ms;
             auto const start = std::chrono::steady_clock::now();
             try {
-                (void)cm::connect(cm::address::resolve(ip, 7471), qp, opt);
+                (void)cm::connect(cm::address::resolve(ip, 7471), opt, cm::user_qp(qp));
                 FAIL("connected to an absent host");
             } catch (cm::timeout_error const& e) {
                 CHECK(e.step() == cm::step::connect);
@@ -382,7 +383,7 @@ TEST_SUITE("cm server") {
             cm::listener<rx::rc> server{
                 eng, device_address(), {}, [&](cm::connect_request req) {
                     cm::accept<rx::rc, rx::busy_poll>(
-                        eng, std::move(req), {},
+                        eng, std::move(req), {}, {}, {},
                         [&](std::exception_ptr error, std::optional<cm::connection<rx::rc, rx::busy_poll>> c) {
                             if (!error) silent = std::move(c);
                         });
@@ -433,11 +434,12 @@ TEST_SUITE("cm server") {
         REQUIRE(request.has_value());
         std::exception_ptr failure;
         bool finished = false;
-        cm::accept<rx::rc, rx::busy_poll>(eng, std::move(*request), qp, {}, [&](std::exception_ptr error, auto c) {
-            failure = error;
-            finished = true;
-            CHECK_FALSE(c.has_value());
-        });
+        cm::accept<rx::rc, rx::busy_poll>(eng, std::move(*request), {}, cm::user_qp(qp), {},
+                                          [&](std::exception_ptr error, auto c) {
+                                              failure = error;
+                                              finished = true;
+                                              CHECK_FALSE(c.has_value());
+                                          });
         CHECK(qp.state() == IBV_QPS_RTS);
         CHECK(eng.pending() == 1);
         auto const reply = ch.get(10s);

@@ -108,7 +108,7 @@ TEST_SUITE("cm") {
                 std::optional<test::buffer> in;
                 // The receive before the accept is sent: the client sends the moment it is
                 // connected, and an unposted receive would cost it an RNR retry (or all of them).
-                auto conn = req.accept<rx::rc, C>(opt, [&](auto& c) {
+                auto conn = req.accept<rx::rc, C>(opt, {}, [&](auto& c) {
                     in.emplace(c.pd(), 4096);
                     c.qp().post_recv(rx::recv{in->span()}.id(1));
                 });
@@ -369,7 +369,7 @@ TEST_SUITE("cm") {
         background srv([&] {
             for (int i = 0; i < warmup + rounds; ++i) {
                 {
-                    auto conn = server.accept<rx::busy_poll>(30s);
+                    auto conn = server.get_request(30s).accept<rx::rc, rx::busy_poll>();
                     if (!conn.wait_disconnected(30s)) throw std::runtime_error("client did not disconnect");
                 } // destroyed before it is counted
                 ++served;
@@ -421,7 +421,12 @@ TEST_SUITE("cm") {
         cm::listener<rx::rc> server{
             eng, device_address(), {}, [&](cm::connect_request req) {
                 cm::accept<rx::rc, rx::busy_poll>(
-                    eng, std::move(req), {},
+                    eng, std::move(req), {}, {},
+                    [&](auto& conn) { // before the accept is sent: the client may send at once
+                        auto buf = std::make_unique<test::buffer>(conn.pd(), 256);
+                        conn.qp().post_recv(rx::recv{buf->span()}.id(1));
+                        receiving.emplace(conn.qp().qp_num(), std::move(buf));
+                    },
                     [&](std::exception_ptr error, std::optional<cm::connection<rx::rc, rx::busy_poll>> c) {
                         REQUIRE_FALSE(error);
                         std::uint32_t const qpn = c->qp().qp_num();
@@ -434,11 +439,6 @@ TEST_SUITE("cm") {
                         });
                         sessions.emplace(qpn, std::move(s));
                         ++accepted;
-                    },
-                    [&](auto& conn) { // before the accept is sent: the client may send at once
-                        auto buf = std::make_unique<test::buffer>(conn.pd(), 256);
-                        conn.qp().post_recv(rx::recv{buf->span()}.id(1));
-                        receiving.emplace(conn.qp().qp_num(), std::move(buf));
                     });
             }};
         auto const port = server.port();
@@ -512,7 +512,7 @@ TEST_SUITE("cm") {
             auto req = server.get_request(20s);
             server_seen_pd.assign(req.private_data().begin(), req.private_data().end());
             std::unique_ptr<test::buffer> bufp;
-            auto conn = req.accept<rx::ud, C>({}, [&](auto& c) {
+            auto conn = req.accept<rx::ud, C>({}, {}, [&](auto& c) {
                 // Before the peer can learn our QPN: an unposted UD receive drops the datagram.
                 bufp = std::make_unique<test::buffer>(c.pd(), rx::ud::grh_bytes + n);
                 c.qp().post_recv(rx::recv{bufp->span()}.id(1));

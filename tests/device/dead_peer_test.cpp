@@ -123,7 +123,7 @@ struct cm_pair {
     explicit cm_pair(cm::listener<rx::rc>& listener) {
         auto const port = listener.port();
         test::background t([&] { client.emplace(cm::connect<rx::rc, rx::busy_poll>(test::device_address(port))); });
-        server.emplace(listener.accept<rx::busy_poll>(20s));
+        server.emplace(listener.get_request(20s).accept<rx::rc, rx::busy_poll>());
         t.join();
     }
     std::optional<cm::connection<rx::rc, rx::busy_poll>> client, server;

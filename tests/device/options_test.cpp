@@ -336,7 +336,7 @@ TEST_CASE("wire: a remote_span encoded into the CM's private data is written to 
             std::optional<rx::memory_region> mr;
             cm::connection_options opt;
             opt.settings.remote_access = rx::access::remote_write; // the client WRITEs here
-            auto conn = req.accept<rx::rc, rx::busy_poll>(opt, [&](auto& c) {
+            auto conn = req.accept<rx::rc, rx::busy_poll>(opt, {}, [&](auto& c) {
                 mr.emplace(
                     c.pd().register_memory(std::span{target}, rx::access::local_write | rx::access::remote_write));
                 return mr->template remote<std::byte>().to_bytes(); // the accept's private data

@@ -437,7 +437,7 @@ TEST_CASE("ownership: CM listeners, connections on own, shared and user resource
                                                 .channel = shared_channel.get()};
         test::background srv([&] {
             server =
-                std::make_unique<shared_connection>(listener->get_request(20s).accept<rx::rc, rx::event_driven>(r));
+                std::make_unique<shared_connection>(listener->get_request(20s).accept({}, cm::shared_qp<rx::rc>(r)));
         });
         auto client = std::make_unique<own_connection>(cm::connect<rx::rc, rx::busy_poll>(test::device_address(port)));
         srv.join();
@@ -445,8 +445,9 @@ TEST_CASE("ownership: CM listeners, connections on own, shared and user resource
     };
     auto user_pair = [&](user_qp& c, user_qp& s) {
         std::unique_ptr<user_connection> server;
-        test::background srv([&] { server = std::make_unique<user_connection>(listener->get_request(20s).accept(s)); });
-        auto client = std::make_unique<user_connection>(cm::connect(test::device_address(port), c));
+        test::background srv(
+            [&] { server = std::make_unique<user_connection>(listener->get_request(20s).accept({}, cm::user_qp(s))); });
+        auto client = std::make_unique<user_connection>(cm::connect(test::device_address(port), {}, cm::user_qp(c)));
         srv.join();
         return std::pair{std::move(client), std::move(server)};
     };

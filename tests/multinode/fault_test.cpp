@@ -259,7 +259,7 @@ TEST_SUITE("multinode") {
         cm::listener<rx::rc> server{cm::address::resolve(env("RDMACXX_ADDR"), loss_port)};
         std::optional<receiver> rx_side;
         auto req = server.get_request(120s);
-        auto conn = req.accept<rx::rc, rx::event_driven>(options(7, 67ms), [&](conn_t& c) {
+        auto conn = req.accept<rx::rc, rx::event_driven>(options(7, 67ms), {}, [&](conn_t& c) {
             rx_side.emplace(c);
             rx_side->post_all();
         });
@@ -306,7 +306,7 @@ TEST_SUITE("multinode") {
         {
             cm::listener<rx::rc> server{cm::address::resolve(env("RDMACXX_ADDR"), link_port)};
             auto req = server.get_request(120s);
-            auto conn = req.accept<rx::rc, rx::event_driven>(options(fault_retries, fault_timeout), [&](conn_t& c) {
+            auto conn = req.accept<rx::rc, rx::event_driven>(options(fault_retries, fault_timeout), {}, [&](conn_t& c) {
                 rx_side.emplace(c);
                 rx_side->post_all();
             });
@@ -341,7 +341,7 @@ TEST_SUITE("multinode") {
         }
         // A new connection works: one message of 3 path MTUs each way, every byte checked.
         cm::listener<rx::rc> server{cm::address::resolve(env("RDMACXX_ADDR"), relink_port)};
-        auto conn = server.accept<rx::event_driven>(120s, options(fault_retries, fault_timeout));
+        auto conn = server.get_request(120s).accept<rx::rc, rx::event_driven>(options(fault_retries, fault_timeout));
         slots buf(conn.pd(), 2);
         conn.qp().post_recv(rx::recv{buf.slot(0)}.id(0));
         // Posted after the accept: the client's SEND may be RNR-NAKed first (its RNR retries are
@@ -392,7 +392,7 @@ TEST_SUITE("multinode") {
     // ---- the peer process killed -------------------------------------------------------------
     TEST_CASE("kill server") {
         cm::listener<rx::rc> server{cm::address::resolve(env("RDMACXX_ADDR"), kill_port)};
-        auto conn = server.accept<rx::event_driven>(120s, options(fault_retries, fault_timeout));
+        auto conn = server.get_request(120s).accept<rx::rc, rx::event_driven>(options(fault_retries, fault_timeout));
         std::cout << "kill: accepted; posting no receive, waiting to be killed" << std::endl;
         std::this_thread::sleep_for(100s);
         FAIL("not killed within 100 s");
@@ -446,7 +446,7 @@ TEST_SUITE("multinode") {
         cm::listener<rx::rc> server{cm::address::resolve(env("RDMACXX_ADDR"), poweroff_port)};
         std::optional<receiver> rx_side;
         auto req = server.get_request(120s);
-        auto conn = req.accept<rx::rc, rx::event_driven>(options(fault_retries, fault_timeout), [&](conn_t& c) {
+        auto conn = req.accept<rx::rc, rx::event_driven>(options(fault_retries, fault_timeout), {}, [&](conn_t& c) {
             rx_side.emplace(c);
             rx_side->post_all();
         });
@@ -499,7 +499,7 @@ TEST_SUITE("multinode") {
         std::array<std::byte, 2 * rx::remote_span<std::byte>::wire_size> pdata{};
         auto opt = options(7, 67ms);
         opt.settings.remote_access = rx::all_remote; // the client WRITEs and runs atomics here
-        auto conn = req.accept<rx::rc, rx::event_driven>(opt, [&](conn_t& c) {
+        auto conn = req.accept<rx::rc, rx::event_driven>(opt, {}, [&](conn_t& c) {
             target_mr.emplace(c.pd().register_memory(std::span{target}, rx::all_remote));
             word_mr.emplace(c.pd().register_memory(std::span{word}, rx::all_remote));
             auto const a = target_mr->remote().to_bytes();

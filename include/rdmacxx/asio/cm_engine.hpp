@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 namespace rdmacxx {
@@ -147,15 +148,22 @@ namespace detail {
 /// an address that does not resolve) still has it to complete with the error.
 template <class Connection, class Handler>
 struct post_outcome {
+    // The handler's associated executor (any kind: an io_context's, a strand, use_future's),
+    // with outstanding work tracked.
+    using executor_type = std::decay_t<decltype(::asio::prefer(
+        ::asio::get_associated_executor(std::declval<Handler&>(), std::declval<::asio::any_io_executor const&>()),
+        ::asio::execution::outstanding_work.tracked))>;
+
     post_outcome(Handler h, ::asio::any_io_executor const& fallback)
-        : handler(std::move(h)), work(::asio::prefer(::asio::get_associated_executor(handler, fallback),
-                                                     ::asio::execution::outstanding_work.tracked)) {}
+        : handler(std::move(h)), work(std::in_place, ::asio::prefer(::asio::get_associated_executor(handler, fallback),
+                                                                    ::asio::execution::outstanding_work.tracked)) {}
     Handler handler;
     // The handler's executor, kept busy until the completion is posted to it (its run() does not
-    // return meanwhile, even when it is another context than the engine's).
-    ::asio::any_io_executor work;
+    // return meanwhile, even when it is another context than the engine's); released then.
+    std::optional<executor_type> work;
     void operator()(std::exception_ptr error, std::optional<Connection> c) {
-        auto ex = std::move(work);
+        executor_type ex = std::move(*work);
+        work.reset();
         ::asio::post(ex, [h = std::move(handler), error = std::move(error), c = std::move(c)]() mutable {
             std::move(h)(std::move(error), std::move(c));
         });
@@ -216,37 +224,26 @@ bool refused(cm_engine& eng, Handler& handler, cm::connection_options const& opt
 }
 } // namespace detail
 
-/// Connects to `destination` on `eng` as `cm::connect<Transport, Completion>(engine, …)` does:
-/// the same handshake, each step within its deadline (`opt.deadlines`), advanced by the reactor;
-/// the connection stays on the engine (no thread). `opt` is copied at initiation. Completes with
-/// `(std::exception_ptr, std::optional<cm::connection<Transport, Completion>>)`, posted to the
-/// handler's associated executor; bad input completes with its `argument_error` (nothing sent).
+/// Connects to `destination` on `eng` as `cm::connect(engine&, destination, opt, source, done)`
+/// does: the same handshake, the QP from `source` (see `cm::qp_source`; `{}`: the connection's
+/// own), each step within its deadline (`opt.deadlines`), advanced by the reactor; the
+/// connection stays on the engine (no thread). `opt` is copied at initiation. Completes with
+/// `(std::exception_ptr, std::optional<cm::connection<Transport, Completion, Post>>)`, posted to
+/// the handler's associated executor; bad input completes with its `argument_error` (nothing
+/// sent). Spelled `io::async_connect<rc, busy_poll>(eng, to, opt, {}, token)`.
 /// @see rdma_resolve_addr(3), rdma_connect(3)
-template <transport Transport, completion_strategy Completion, class Token>
-auto async_connect(cm_engine& eng, cm::address const& destination, cm::connection_options opt, Token&& token) {
-    using connection = cm::connection<Transport, Completion>;
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post, class Token>
+auto async_connect(cm_engine& eng, cm::address const& destination, cm::connection_options opt,
+                   cm::qp_source<Transport, Completion, Post> source, Token&& token) {
+    using connection = cm::connection<Transport, Completion, Post>;
     return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
-        [&eng, destination](auto handler, cm::connection_options o) {
+        [&eng, destination](auto handler, cm::connection_options o, cm::qp_source<Transport, Completion, Post> src) {
             detail::initiate<connection>(eng, std::move(handler), [&](auto done) {
-                cm::connect<Transport, Completion>(eng.engine(), destination, std::move(o), std::move(done));
+                cm::connect<Transport, Completion, Post>(eng.engine(), destination, std::move(o), std::move(src),
+                                                         std::move(done));
             });
         },
-        token, std::move(opt));
-}
-
-/// As `async_connect(eng, destination, opt, token)`, the QP made on `shared` (see
-/// `cm::resources`), which the connection borrows.
-template <transport Transport, completion_strategy Completion, class Token>
-auto async_connect(cm_engine& eng, cm::address const& destination, cm::resources<Completion> const& shared,
-                   cm::connection_options opt, Token&& token) {
-    using connection = cm::connection<Transport, Completion>;
-    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
-        [&eng, destination, shared](auto handler, cm::connection_options o) {
-            detail::initiate<connection>(eng, std::move(handler), [&](auto done) {
-                cm::connect<Transport, Completion>(eng.engine(), destination, shared, std::move(o), std::move(done));
-            });
-        },
-        token, std::move(opt));
+        token, std::move(opt), std::move(source));
 }
 
 /// A listener on a `cm_engine`: its connect requests wait here until an `async_accept` takes
@@ -316,52 +313,36 @@ private:
 };
 
 /// Accepts the next connect request of `acceptor` (waiting for one without a bound; not
-/// cancellable yet: an Asio `||` with a timer waits for it too) as `cm::accept(engine, request, shared, opt, done,
-/// before_accept)` does: the QP made on `shared`, `before_accept(connection&)` called before the
-/// accept is sent (post receives there, or note the QP: a client may send before the
-/// completion runs), `established` awaited within `opt.deadlines.accept` by the reactor. The
-/// connection stays on the engine (no thread). Completes as `async_connect(engine, …)`.
+/// cancellable yet: an Asio `||` with a timer waits for it too) as `cm::accept(engine, request,
+/// opt, source, before_accept, done)` does: the QP from `source` (`{}`: the connection's own),
+/// `before_accept(connection&)` called before the accept is sent (post receives there, or note
+/// the QP: a client may send before the completion runs; `{}`: nothing), `established` awaited
+/// within `opt.deadlines.accept` by the reactor. The connection stays on the engine (no
+/// thread). Completes as `async_connect`. Spelled
+/// `io::async_accept<busy_poll>(acceptor, opt, {}, {}, token)`.
 /// @see rdma_accept(3)
-template <completion_strategy Completion, transport Transport, class BeforeAccept = cm::no_preparation, class Token>
-auto async_accept(cm_acceptor<Transport>& acceptor, cm::resources<Completion> const& shared, cm::connection_options opt,
-                  BeforeAccept before_accept, Token&& token) {
-    using connection = cm::connection<Transport, Completion>;
+template <completion_strategy Completion, post_policy Post = legacy_post, transport Transport,
+          class BeforeAccept = cm::no_preparation, class Token>
+auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt,
+                  cm::qp_source<Transport, Completion, Post> source, BeforeAccept before_accept, Token&& token) {
+    using connection = cm::connection<Transport, Completion, Post>;
     return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
-        [&acceptor, shared](auto handler, cm::connection_options o, BeforeAccept ba) {
+        [&acceptor](auto handler, cm::connection_options o, cm::qp_source<Transport, Completion, Post> src,
+                    BeforeAccept ba) {
             cm_engine& eng = acceptor.engine();
             if (detail::refused<connection, Transport>(eng, handler, o)) return;
             auto const outcome = detail::make_outcome<connection>(eng, std::move(handler));
             acceptor.wait(
-                [&eng, outcome, shared, o = std::move(o), ba = std::move(ba)](cm::connect_request req) mutable {
+                [&eng, outcome, o = std::move(o), src = std::move(src),
+                 ba = std::move(ba)](cm::connect_request req) mutable {
                     detail::start_on<connection>(eng, outcome, [&](auto done) {
-                        cm::accept<Transport, Completion>(eng.engine(), std::move(req), shared, std::move(o),
-                                                          std::move(done), std::move(ba));
+                        cm::accept<Transport, Completion, Post>(eng.engine(), std::move(req), std::move(o),
+                                                                std::move(src), std::move(ba), std::move(done));
                     });
                 },
                 detail::aborter<connection>(outcome));
         },
-        token, std::move(opt), std::move(before_accept));
-}
-
-/// As `async_accept(acceptor, shared, opt, before_accept, token)` for a self-contained connection
-/// (its own PD, CQ and QP).
-template <completion_strategy Completion, transport Transport, class Token>
-auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt, Token&& token) {
-    using connection = cm::connection<Transport, Completion>;
-    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
-        [&acceptor](auto handler, cm::connection_options o) {
-            cm_engine& eng = acceptor.engine();
-            if (detail::refused<connection, Transport>(eng, handler, o)) return;
-            auto const outcome = detail::make_outcome<connection>(eng, std::move(handler));
-            acceptor.wait(
-                [&eng, outcome, o = std::move(o)](cm::connect_request req) mutable {
-                    detail::start_on<connection>(eng, outcome, [&](auto done) {
-                        cm::accept<Transport, Completion>(eng.engine(), std::move(req), std::move(o), std::move(done));
-                    });
-                },
-                detail::aborter<connection>(outcome));
-        },
-        token, std::move(opt));
+        token, std::move(opt), std::move(source), std::move(before_accept));
 }
 
 } // namespace io

@@ -3,9 +3,10 @@
 /// The RDMA CM handshake, written once: one state machine (`detail::handshake`) per connection
 /// being made — resolve the address, resolve the route, take the QP from its source, connect or
 /// accept, established — advanced by the events of its id on a `cm::engine` and bounded by each
-/// step's deadline. The active side's entry points are here: `cm::connect(engine&, …)` (the
-/// engine's owner drives it) and `cm::connect(…)` (blocking: the same machine on an engine of
-/// its own). The passive side's are in cm/listener.hpp.
+/// step's deadline. Here too are where the QP comes from (`cm::qp_source`) and the active side's
+/// one connect, with two drivers: `cm::connect(engine&, …)` (the engine's owner drives it) and
+/// `cm::connect(…)` (blocking: the same machine on an engine of its own). The passive side's
+/// accept is in cm/listener.hpp; the Asio driver in asio/cm_engine.hpp.
 
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/cm/engine.hpp"
@@ -31,22 +32,55 @@ struct no_preparation {
     void operator()(Connection&) const noexcept {}
 };
 
-namespace detail {
-
-/// Where a handshake's QP comes from: the connection's own resources, `resources` borrowed, or
-/// a QP the user created (followed through its cell).
-template <transport Transport, completion_strategy Completion, post_policy Post>
+/// Where a connection's QP comes from, the one parameter that tells the three cases apart:
+///
+/// - `own_qp<Transport, Completion>()` (the default, `{}`): the connection makes its own PD, CQ
+///   (`connection_options::cq_entries` entries) and completion channel on the device the CM
+///   resolves, then the QP; it owns them all (a self-contained connection).
+/// - `shared_qp<Transport>(resources)`: the QP is made in `resources.pd` on its CQs (and SRQ),
+///   which the connection borrows (they must outlive it, on the device the CM resolves): a
+///   server's one PD, CQ, SRQ and channel for every connection.
+/// - `user_qp(qp)`: a queue pair you created (RC or UC, any post policy, `checked` or not, in
+///   RESET, in a PD on the device the CM resolves), which the connection borrows (followed: a QP
+///   destroyed before the handshake takes it is refused with `orphaned_error`). The CM's
+///   attributes move it through INIT, RTR and RTS under the settings; whatever fails, it is left
+///   in ERR (what was posted completes flushed; `reset()` it to connect again).
+///
+/// A value type, cheap to copy (an aggregate of handles). Thread-safety: as a value.
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
 struct qp_source {
     std::optional<resources<Completion>> shared{};                         ///< borrowed PD, CQs, SRQ, channel
     rdmacxx::detail::link<queue_pair<Transport, Completion, Post>> user{}; ///< the user's QP
 };
+
+/// The connection's own PD, CQ, channel and QP (the default source: `{}` says the same).
+template <transport Transport, completion_strategy Completion>
+[[nodiscard]] qp_source<Transport, Completion> own_qp() noexcept {
+    return {};
+}
+
+/// The QP made on `r` (PD, CQs, SRQ, channel: the aggregate is copied, the objects it names are
+/// borrowed and must outlive the connection).
+template <transport Transport, completion_strategy Completion>
+[[nodiscard]] qp_source<Transport, Completion> shared_qp(resources<Completion> const& r) {
+    return {.shared = r};
+}
+
+/// The queue pair `qp` you created (RC or UC), borrowed by the connection.
+template <transport Transport, completion_strategy Completion, post_policy Post>
+    requires(Transport::connected)
+[[nodiscard]] qp_source<Transport, Completion, Post> user_qp(queue_pair<Transport, Completion, Post>& qp) {
+    return {.user = qp.anchor_cell()};
+}
+
+namespace detail {
 
 /// Hands the QP source to `c` (its id resolved or accepted): makes or borrows the resources and
 /// makes the QP on the id, or adopts the user's QP and moves it to INIT with the CM's attributes.
 /// `adopted` is set once a user's QP belongs to the connection (a QP refused by `adopt` — in use,
 /// or on another device — is left as it is).
 template <transport Transport, completion_strategy Completion, post_policy Post>
-void take_qp(connection<Transport, Completion, Post>& c, qp_source<Transport, Completion, Post> const& src,
+void take_qp(connection<Transport, Completion, Post>& c, cm::qp_source<Transport, Completion, Post> const& src,
              connection_options const& opt, bool& adopted) {
     if (queue_pair<Transport, Completion, Post>* const qp = src.user.get_if()) {
         c.adopt(*qp);
@@ -372,95 +406,51 @@ Connection run_blocking(Start&& start) {
 
 } // namespace detail
 
-/// Active side on an engine: starts connecting to `destination` and returns at once; the
-/// engine's owner drives it (`engine::process`) and `done(std::exception_ptr,
-/// std::optional<connection<Transport, Completion>>)` is called once from `process()`: the
-/// self-contained connection (see `cm::connect(destination, opt)`), established, which then
-/// stays on the engine (its dead peer seen by `process()`), or the error `cm::connect` would
-/// throw. `opt` is copied (its private data with it): the caller's buffers may change at once.
+/// Active side on an engine: starts connecting to `destination` with the QP from `source` and
+/// returns at once; the engine's owner drives it (`engine::process`) and
+/// `done(std::exception_ptr, std::optional<connection<Transport, Completion, Post>>)` is called
+/// once from `process()`: the connection, established, which then stays on the engine (its dead
+/// peer seen by `process()`, no thread), or the error `cm::connect` would throw (a user's QP is
+/// then in ERR). `opt` is copied (its private data with it): the caller's buffers may change at
+/// once. Spelled `cm::connect<rc, busy_poll>(eng, to, opt, {}, done)` for a QP of the
+/// connection's own.
 /// @throws argument_error for private data over 56 bytes (TCP) or 180 (UDP), sys_error or
 ///         address_error when resolution cannot start — `done` is then never called.
 /// @see rdma_resolve_addr(3), rdma_resolve_route(3), rdma_connect(3), rdma_establish(3)
-template <transport Transport, completion_strategy Completion, class Done>
-void connect(engine& eng, address const& destination, connection_options opt, Done&& done) {
-    using h = detail::handshake<Transport, Completion, legacy_post, std::decay_t<Done>>;
-    detail::launch(eng, std::make_unique<h>(eng, destination, detail::qp_source<Transport, Completion, legacy_post>{},
-                                            std::move(opt), std::forward<Done>(done)));
-}
-
-/// As `connect(eng, destination, opt, done)`, the QP made on `r` (see `cm::resources`), which
-/// the connection borrows.
-/// @throws as `connect(eng, destination, opt, done)`; `done` gets argument_error when the PD or
-///         a CQ is on another device than the one resolved (nothing sent).
-template <transport Transport, completion_strategy Completion, class Done>
-void connect(engine& eng, address const& destination, resources<Completion> const& r, connection_options opt,
-             Done&& done) {
-    using h = detail::handshake<Transport, Completion, legacy_post, std::decay_t<Done>>;
-    detail::launch(eng, std::make_unique<h>(eng, destination,
-                                            detail::qp_source<Transport, Completion, legacy_post>{.shared = r},
-                                            std::move(opt), std::forward<Done>(done)));
-}
-
-/// As `connect(eng, destination, opt, done)` for a QP you created (RC or UC, any post policy,
-/// in RESET; see `cm::connect(destination, qp, opt)`), which the connection borrows. Whatever
-/// fails, the QP is in ERR when `done` gets the error.
-template <transport Transport, completion_strategy Completion, post_policy Post, class Done>
-    requires(Transport::connected)
-void connect(engine& eng, address const& destination, queue_pair<Transport, Completion, Post>& qp,
-             connection_options opt, Done&& done) {
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post, class Done>
+void connect(engine& eng, address const& destination, connection_options opt,
+             qp_source<Transport, Completion, Post> source, Done&& done) {
     using h = detail::handshake<Transport, Completion, Post, std::decay_t<Done>>;
-    detail::launch(eng, std::make_unique<h>(eng, destination,
-                                            detail::qp_source<Transport, Completion, Post>{.user = qp.anchor_cell()},
-                                            std::move(opt), std::forward<Done>(done)));
+    detail::launch(eng,
+                   std::make_unique<h>(eng, destination, std::move(source), std::move(opt), std::forward<Done>(done)));
 }
 
-/// Active side, blocking: connects to `destination` and returns an established, self-contained
-/// connection of transport `Transport` (RC or UC over the TCP port space, UD over the UDP port
-/// space) with its own event channel: resolves the address and the route (each within its
-/// step's timeout), makes the PD, CQ and QP on the resolved device, connects with
-/// `opt.settings` and `opt.private_data`, and waits up to the connect deadline for the
-/// connection. The handshake is the one `connect(engine&, …)` runs, on an engine of its own.
+/// Active side, blocking: connects to `destination` and returns an established connection of
+/// transport `Transport` (RC or UC over the TCP port space, UD over the UDP port space), its QP
+/// from `source` (see `qp_source`: the connection's own by default), on an event channel of its
+/// own: resolves the address and the route (each within its step's deadline), takes the QP
+/// (checking that what `source` names is on the resolved device), connects with `opt.settings`
+/// and `opt.private_data`, and waits up to the connect deadline for the connect response
+/// (RC, UC: the QP to RTR and RTS under the settings, then the RTU). The handshake is the one
+/// `connect(engine&, …)` runs, on an engine of its own; "forever" deadlines wait forever.
+/// Spelled `cm::connect<rc, busy_poll>(to, opt)`, `cm::connect(to, opt, cm::shared_qp<rc>(r))`
+/// or `cm::connect(to, opt, cm::user_qp(qp))`.
 /// @throws address_error, route_not_found_error, route_error while resolving; rejected_error
 ///         (with the reject reason and the peer's private data: no listener is reason 8 on
 ///         RoCE), unreachable_error, connect_error while connecting; timeout_error naming the
-///         step whose timeout ran out; argument_error for private data over 56 bytes (TCP) or
-///         180 (UDP), before anything is sent; sys_error when a verb fails.
-/// @see rdma_resolve_addr(3), rdma_resolve_route(3), ibv_create_qp(3), rdma_connect(3), rdma_establish(3)
-template <transport Transport, completion_strategy Completion>
-[[nodiscard]] connection<Transport, Completion> connect(address const& destination,
-                                                        connection_options const& opt = {}) {
-    return detail::run_blocking<connection<Transport, Completion>>(
-        [&](engine& eng, auto done) { connect<Transport, Completion>(eng, destination, opt, std::move(done)); });
-}
-
-/// Active side on resources you own, blocking: as `connect(destination, opt)`, but the QP is
-/// made in `r.pd` on `r.send_cq` and `r.recv_cq` (and `r.srq` when given), which the connection
-/// only borrows: they must outlive it, and be on the device the CM resolves `destination` to.
-/// @throws as `connect(destination, opt)`; argument_error when the PD or a CQ is on another
-///         device, or `r.channel` is not the CQs' channel (nothing sent).
-template <transport Transport, completion_strategy Completion>
-[[nodiscard]] connection<Transport, Completion> connect(address const& destination, resources<Completion> const& r,
-                                                        connection_options const& opt = {}) {
-    return detail::run_blocking<connection<Transport, Completion>>(
-        [&](engine& eng, auto done) { connect<Transport, Completion>(eng, destination, r, opt, std::move(done)); });
-}
-
-/// Active side for a QP you created, blocking (RC or UC, any post policy, `checked` or not, in
-/// RESET, in a PD on the device the CM resolves `destination` to): resolves, moves the QP to
-/// INIT with the CM's attributes under `opt.settings` (`id::modify_qp`), connects naming its
-/// QPN, and on the connect response moves it to RTR and RTS the same way and sends the RTU
-/// (rdma_establish(3)). If a transition fails the request is rejected; whatever fails, the QP
-/// is in ERR when the error leaves (what was posted completes flushed; `reset()` it to connect
-/// again). The connection borrows the QP (it must outlive the connection) and owns only the id.
-/// @throws as `connect(destination, opt)`; argument_error when the QP is on another device or
-///         not in RESET (nothing sent); sys_error naming the state when a transition fails.
-/// @see rdma_init_qp_attr(3), rdma_establish(3)
-template <transport Transport, completion_strategy Completion, post_policy Post>
-    requires(Transport::connected)
+///         step whose deadline passed; argument_error for private data over 56 bytes (TCP) or
+///         180 (UDP), a PD, CQ or QP on another device, a user's QP not in RESET (nothing sent);
+///         orphaned_error for a user's QP destroyed before; sys_error when a verb fails (naming
+///         the state for a transition). A user's QP is in ERR when an error leaves.
+/// @see rdma_resolve_addr(3), rdma_resolve_route(3), ibv_create_qp(3), rdma_init_qp_attr(3),
+///      rdma_connect(3), rdma_establish(3)
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
 [[nodiscard]] connection<Transport, Completion, Post>
-connect(address const& destination, queue_pair<Transport, Completion, Post>& qp, connection_options const& opt = {}) {
-    return detail::run_blocking<connection<Transport, Completion, Post>>(
-        [&](engine& eng, auto done) { connect(eng, destination, qp, opt, std::move(done)); });
+connect(address const& destination, connection_options const& opt = {},
+        qp_source<Transport, Completion, Post> const& source = {}) {
+    return detail::run_blocking<connection<Transport, Completion, Post>>([&](engine& eng, auto done) {
+        connect<Transport, Completion, Post>(eng, destination, opt, source, std::move(done));
+    });
 }
 
 } // namespace cm

@@ -25,12 +25,12 @@ namespace cm {
 /// copy of the peer's private data and parameters. Move-only; destroying it unanswered destroys
 /// the id, which the peer sees as a reject or a timeout.
 ///
-/// Accepting takes the QP from one of three sources: the connection's own (it makes its PD, CQ
-/// and channel), `cm::resources` you own (a server's one PD, CQ, SRQ and channel for every
-/// connection: make the PD on `cm_id().context()`, the listener's device), or a queue pair you
-/// created (RC or UC, any post policy). Each is driven by a blocking call (`accept`) or by an
-/// engine (`cm::accept(engine&, std::move(request), …)`); both run the one handshake of
-/// cm/handshake.hpp.
+/// Accepting takes the QP from one of three sources (`qp_source`): the connection's own (it
+/// makes its PD, CQ and channel), `cm::resources` you own (a server's one PD, CQ, SRQ and channel
+/// for every connection: make the PD on `cm_id().context()`, the listener's device), or a queue
+/// pair you created (RC or UC, any post policy). One accept, two drivers here: blocking
+/// (`accept`) or an engine (`cm::accept(engine&, std::move(request), …)`); both run the one
+/// handshake of cm/handshake.hpp.
 /// Thread-safety: one thread at a time.
 class connect_request {
 public:
@@ -48,52 +48,32 @@ public:
     /// The new id (its `context()` is the device to make resources on).
     [[nodiscard]] cm::id& cm_id() noexcept { return id_; }
 
-    /// Accepts, blocking: moves the id to an event channel of its own, makes the PD, CQ and
-    /// queue pair on its device, calls `before_accept(connection&)` (post receives there: a UD
-    /// peer may send the moment it learns our QPN, and an unposted UD receive drops the
-    /// datagram; bytes it returns — say a `remote_span` of memory registered there, encoded —
-    /// are sent as the accept's private data instead of `opt.private_data`), accepts with `opt.settings` and
-    /// `opt.private_data` and, for RC and UC, waits up to the accept deadline for `established`. The request is empty
-    /// afterwards.
-    /// @throws argument_error for private data over 196 bytes (TCP) or 136 (UDP), before anything
-    ///         is sent; timeout_error naming `step::accept`, connect_error when `established`
-    ///         does not come; sys_error when a call fails; whatever `before_accept` throws (the
-    ///         request is then dropped).
+    /// Accepts, blocking: moves the id to an event channel of its own, takes the QP from
+    /// `source` (see `qp_source`: the connection's own PD, CQ and QP by default; `shared_qp`,
+    /// `user_qp`), calls `before_accept(connection&)` (post receives there: the peer may send the
+    /// moment it learns our QPN, and an unposted receive drops a UD datagram or RNR-NAKs an RC
+    /// SEND; bytes it returns — say a `remote_span` of memory registered there, encoded — are
+    /// sent as the accept's private data instead of `opt.private_data`), moves a user's QP to RTR
+    /// and RTS under `opt.settings`, accepts with `opt.settings` and, for RC and UC, waits up to
+    /// the accept deadline for `established`. The request is empty afterwards. Spelled
+    /// `request.accept<rc, busy_poll>(opt)`, `request.accept(opt, cm::shared_qp<rc>(r), fn)`.
+    /// @throws argument_error for private data over 196 bytes (TCP) or 136 (UDP), settings the
+    ///         device refuses, a PD, CQ or QP on another device, a user's QP not in RESET, before
+    ///         anything is sent (the request keeps its id: reject it yourself); timeout_error
+    ///         naming `step::accept`, connect_error when `established` does not come; sys_error
+    ///         when a call fails; whatever `before_accept` throws (the request is then dropped).
+    ///         A user's QP is in ERR when an error leaves.
     /// @see rdma_migrate_id(3), ibv_create_qp(3), rdma_init_qp_attr(3), rdma_accept(3)
-    template <transport Transport, completion_strategy Completion, class BeforeAccept = no_preparation>
-    [[nodiscard]] connection<Transport, Completion> accept(connection_options const& opt = {},
-                                                           BeforeAccept&& before_accept = {}) {
-        return blocking<Transport, Completion, legacy_post>({}, opt, before_accept);
-    }
-
-    /// Accepts on resources you own, blocking: as `accept(opt, before_accept)`, the QP made in
-    /// `r.pd` on `r.send_cq` and `r.recv_cq` (and `r.srq`), which the connection only borrows:
-    /// they must outlive it.
-    /// @throws as `accept(opt, before_accept)`; argument_error when the PD or a CQ is on another
-    ///         device than the request's, or `r.channel` is not the CQs' channel (nothing sent).
-    template <transport Transport, completion_strategy Completion, class BeforeAccept = no_preparation>
-    [[nodiscard]] connection<Transport, Completion>
-    accept(resources<Completion> const& r, connection_options const& opt = {}, BeforeAccept&& before_accept = {}) {
-        return blocking<Transport, Completion, legacy_post>({.shared = r}, opt, before_accept);
-    }
-
-    /// Accepts for a QP you created, blocking (RC or UC, any post policy, `checked` or not, in
-    /// RESET, in a PD on the request's device): moves the id to its own channel, moves the QP to
-    /// INIT with the CM's attributes (rdma_init_qp_attr(3) + ibv_modify_qp(3)), calls
-    /// `before_accept(connection&)` (post receives there), moves it to RTR and RTS the same way
-    /// under `opt.settings`, accepts naming its QPN and waits up to the accept deadline for
-    /// `established`. The connection borrows the QP, which must outlive it. Whatever fails, the
-    /// QP is in ERR when the error leaves (its posted receives complete flushed; `reset()` it to
-    /// connect again).
-    /// @throws as `accept(opt, before_accept)`; argument_error when the QP is on another device
-    ///         or not in RESET (nothing sent); sys_error naming the state when a transition fails.
-    template <transport Transport, completion_strategy Completion, post_policy Post,
+    template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post,
               class BeforeAccept = no_preparation>
-        requires(Transport::connected)
-    [[nodiscard]] connection<Transport, Completion, Post> accept(queue_pair<Transport, Completion, Post>& qp,
-                                                                 connection_options const& opt = {},
+    [[nodiscard]] connection<Transport, Completion, Post> accept(connection_options const& opt = {},
+                                                                 qp_source<Transport, Completion, Post> source = {},
                                                                  BeforeAccept&& before_accept = {}) {
-        return blocking<Transport, Completion, Post>({.user = qp.anchor_cell()}, opt, before_accept);
+        return detail::run_blocking<connection<Transport, Completion, Post>>([&](engine& eng, auto done) {
+            start<Transport, Completion, Post>(
+                eng, std::move(source), opt, [&before_accept](auto& c) -> decltype(auto) { return before_accept(c); },
+                std::move(done));
+        });
     }
 
     /// Rejects with `private_data` (at most 148 bytes on TCP, 136 on UDP) and destroys the id.
@@ -107,7 +87,7 @@ public:
     // The passive handshake of this request on `eng`: the request is empty afterwards (when the
     // handshake refuses its input, it keeps its id and data: reject it yourself).
     template <transport Transport, completion_strategy Completion, post_policy Post, class BeforeAccept, class Done>
-    void start(engine& eng, detail::qp_source<Transport, Completion, Post> src, connection_options opt,
+    void start(engine& eng, qp_source<Transport, Completion, Post> src, connection_options opt,
                BeforeAccept before_accept, Done done) {
         using h = detail::handshake<Transport, Completion, Post, Done, BeforeAccept>;
         detail::launch(eng, std::make_unique<h>(eng, std::move(id_), private_data_, conn_, std::move(src),
@@ -116,60 +96,31 @@ public:
     /// @endcond
 
 private:
-    template <transport Transport, completion_strategy Completion, post_policy Post, class BeforeAccept>
-    connection<Transport, Completion, Post> blocking(detail::qp_source<Transport, Completion, Post> src,
-                                                     connection_options const& opt, BeforeAccept& before_accept) {
-        return detail::run_blocking<connection<Transport, Completion, Post>>([&](engine& eng, auto done) {
-            start<Transport, Completion, Post>(
-                eng, std::move(src), opt, [&before_accept](auto& c) -> decltype(auto) { return before_accept(c); },
-                std::move(done));
-        });
-    }
-
     cm::id id_;
     std::vector<std::byte> private_data_;
     connection_data conn_;
 };
 
 /// Passive side on an engine: accepts `request` (from a listener on `eng`, or any other: its id
-/// then moves to the engine's channel) as `connect_request::accept(opt, before_accept)` does,
-/// without blocking: the QP made (the connection's own resources), `before_accept(connection&)`
-/// called, the accept sent; `done(std::exception_ptr, std::optional<connection<Transport,
-/// Completion>>)` is called once from the engine's `process()` when `established` came (UD: at
-/// once, before this returns), or with the error (`timeout_error` naming `step::accept` when
-/// the accept deadline passed). The connection stays on the engine. `opt` is copied.
-/// A call the device or the CM refuses on this request (a `sys_error`, such as the EINVAL of a
-/// client that left before its QP was made) goes to `done`, before this returns: one client's
-/// failure is that client's only.
+/// then moves to the engine's channel) as `connect_request::accept(opt, source, before_accept)`
+/// does, without blocking: the QP taken from `source`, `before_accept(connection&)` called, the
+/// accept sent; `done(std::exception_ptr, std::optional<connection<Transport, Completion,
+/// Post>>)` is called once from the engine's `process()` when `established` came (UD: at once,
+/// before this returns), or with the error (`timeout_error` naming `step::accept` when the
+/// accept deadline passed). The connection stays on the engine. `opt` is copied. A call the
+/// device or the CM refuses on this request (a `sys_error`, such as the EINVAL of a client that
+/// left before its QP was made) goes to `done`, before this returns: one client's failure is
+/// that client's only. Spelled `cm::accept<rc, busy_poll>(eng, std::move(r), opt, {}, {}, done)`
+/// for a QP of the connection's own and no preparation.
 /// @throws argument_error and what `before_accept` throws other than a sys_error, as `accept`
 ///         (before anything is sent, or with the request dropped) — `done` is then never called.
 /// @see rdma_accept(3)
-template <transport Transport, completion_strategy Completion, class Done, class BeforeAccept = no_preparation>
-void accept(engine& eng, connect_request&& request, connection_options opt, Done&& done,
-            BeforeAccept before_accept = {}) {
-    request.start<Transport, Completion, legacy_post>(eng, {}, std::move(opt), std::move(before_accept),
-                                                      std::decay_t<Done>(std::forward<Done>(done)));
-}
-
-/// As `accept(eng, request, opt, done, before_accept)`, the QP made on `r` (a server's one PD,
-/// CQ, SRQ and channel), which the connection borrows.
-template <transport Transport, completion_strategy Completion, class Done, class BeforeAccept = no_preparation>
-void accept(engine& eng, connect_request&& request, resources<Completion> const& r, connection_options opt, Done&& done,
-            BeforeAccept before_accept = {}) {
-    request.start<Transport, Completion, legacy_post>(eng, {.shared = r}, std::move(opt), std::move(before_accept),
-                                                      std::decay_t<Done>(std::forward<Done>(done)));
-}
-
-/// As `accept(eng, request, opt, done, before_accept)` for a QP you created (see
-/// `connect_request::accept(qp, …)`), which the connection borrows; whatever fails, the QP is
-/// in ERR when the error leaves or reaches `done`.
-template <transport Transport, completion_strategy Completion, post_policy Post, class Done,
-          class BeforeAccept = no_preparation>
-    requires(Transport::connected)
-void accept(engine& eng, connect_request&& request, queue_pair<Transport, Completion, Post>& qp, connection_options opt,
-            Done&& done, BeforeAccept before_accept = {}) {
-    request.start<Transport, Completion, Post>(eng, {.user = qp.anchor_cell()}, std::move(opt),
-                                               std::move(before_accept), std::decay_t<Done>(std::forward<Done>(done)));
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post,
+          class BeforeAccept = no_preparation, class Done>
+void accept(engine& eng, connect_request&& request, connection_options opt,
+            qp_source<Transport, Completion, Post> source, BeforeAccept before_accept, Done&& done) {
+    request.start<Transport, Completion, Post>(eng, std::move(source), std::move(opt), std::move(before_accept),
+                                               std::decay_t<Done>(std::forward<Done>(done)));
 }
 
 /// Settings of a `listener`'s id, applied before it binds.
@@ -214,8 +165,8 @@ private:
 /// Passive side: an id listening on an address, for transport `Transport` (TCP port space for
 /// RC/UC, UDP for UD), on an event channel of its own or on an engine's.
 ///
-/// On its own channel, `get_request` takes the next connect request (blocking, bounded) and
-/// `accept` takes it and accepts it. On an engine (`listener(eng, local, opt, on_request)`), the
+/// On its own channel, `get_request` takes the next connect request (blocking, bounded), to
+/// accept (`connect_request::accept`) or reject. On an engine (`listener(eng, local, opt, on_request)`), the
 /// engine's `process()` hands each connect request to `on_request`, which accepts it
 /// (`cm::accept(eng, std::move(request), …)`: no blocking, no thread) or rejects it: the shape of a
 /// server of many clients on one event channel, one loop and one thread.
@@ -246,7 +197,7 @@ public:
     /// `on_request(connect_request)` for each connect request (accept it with `cm::accept(eng,
     /// std::move(request), …)`, reject it, or drop it (the peer then sees a reject). What
     /// `on_request` throws drops the request and leaves `process()`. The listener keeps the
-    /// engine's channel open; `get_request` and `accept` are refused.
+    /// engine's channel open; `get_request` is refused.
     /// @throws as the constructor above.
     listener(engine& eng, address const& local, listener_options const& opt,
              rdmacxx::detail::callback<void(connect_request)> on_request)
@@ -296,14 +247,6 @@ public:
         event e = detail::expect(*channel_, event_type::connect_request, timeout,
                                  "listening on " + id_.local_address().to_string());
         return connect_request{e};
-    }
-
-    /// Waits up to `timeout` for a connect request and accepts it (see `connect_request::accept`).
-    /// @throws as `get_request` and `connect_request::accept`.
-    template <completion_strategy Completion>
-    [[nodiscard]] connection<Transport, Completion> accept(std::chrono::milliseconds timeout,
-                                                           connection_options const& opt = {}) {
-        return get_request(timeout).template accept<Transport, Completion>(opt);
     }
 
 private:
