@@ -1,0 +1,431 @@
+// The one CM handshake through its three drivers — blocking calls, a user's loop on a
+// `cm::engine`, Asio's reactor on an `io::cm_engine` — with the same scenario table and the same
+// outcomes: connect and accept with a verified exchange, a disconnect from either side, a
+// reject with private data, each step's deadline (connect — also to an address nobody answers — and
+// accept), a peer killed with
+// SIGKILL on either side. Each driver is a small adapter below; the scenarios are written once.
+//
+// The killed peers are the device_tests program re-executed (cm_fault_test.cpp's child entry:
+// "peer connect PORT", "peer accept"), beside this program in the build tree.
+#include "child_process.hpp"
+#include "fixture.hpp"
+
+#include "rdmacxx/asio.hpp"
+#include "rdmacxx/rdmacxx.hpp"
+
+#include <asio/io_context.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace rx = rdmacxx;
+namespace rxa = rdmacxx::io;
+namespace cm = rdmacxx::cm;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace drivers_test {
+
+using conn = cm::connection<rx::rc, rx::busy_poll>;
+using before_accept_fn = std::function<void(conn&)>;
+
+// What one side's handshake gave: the connection or the error.
+struct result {
+    std::exception_ptr error;
+    std::optional<conn> c;
+    std::atomic<bool> done{false};
+
+    // Ready for the next handshake.
+    void reset() {
+        error = nullptr;
+        c.reset();
+        done = false;
+    }
+};
+
+double ms_since(steady::time_point t0) { return std::chrono::duration<double, std::milli>(steady::now() - t0).count(); }
+
+// Blocking calls, each on a thread of its own so that both sides run from one test.
+struct blocking_driver {
+    static constexpr char const* name = "blocking";
+    std::optional<cm::listener<rx::rc>> listener;
+    result accepted, connected;
+    std::jthread server, client;
+
+    std::uint16_t listen() {
+        listener.emplace(test::device_address(0));
+        return listener->port();
+    }
+    std::uint16_t listen_rejecting(std::vector<std::byte> data) {
+        auto const port = listen();
+        server = std::jthread{[this, data] {
+            try {
+                listener->get_request(30s).reject(data);
+            } catch (...) {
+                accepted.error = std::current_exception();
+            }
+            accepted.done = true;
+        }};
+        return port;
+    }
+    void accept_one(cm::connection_options opt, before_accept_fn ba) {
+        if (server.joinable()) server.join();
+        accepted.reset();
+        server = std::jthread{[this, opt, ba] {
+            try {
+                accepted.c.emplace(listener->get_request(30s).accept<rx::rc, rx::busy_poll>(opt, {}, [&ba](conn& c) {
+                    if (ba) ba(c);
+                }));
+            } catch (...) {
+                accepted.error = std::current_exception();
+            }
+            accepted.done = true;
+        }};
+    }
+    void connect(cm::address to, cm::connection_options opt) {
+        if (client.joinable()) client.join();
+        connected.reset();
+        client = std::jthread{[this, to, opt] {
+            try {
+                connected.c.emplace(cm::connect<rx::rc, rx::busy_poll>(to, opt));
+            } catch (...) {
+                connected.error = std::current_exception();
+            }
+            connected.done = true;
+        }};
+    }
+    // The connections' monitor threads see their events: this only waits, polling `done`.
+    template <class Pred>
+    bool progress_until(Pred done, std::chrono::milliseconds bound) {
+        for (auto const end = steady::now() + bound; !done() && steady::now() < end;)
+            std::this_thread::sleep_for(2ms);
+        return done();
+    }
+};
+
+// A user's loop: one cm::engine, the listener's requests to a callback, progress by wait().
+struct engine_driver {
+    static constexpr char const* name = "engine";
+    cm::engine eng;
+    std::function<void(cm::connect_request)> on_request;
+    std::optional<cm::listener<rx::rc>> listener;
+    result accepted, connected;
+
+    std::uint16_t listen() {
+        listener.emplace(eng, test::device_address(0), cm::listener_options{},
+                         [this](cm::connect_request r) { on_request(std::move(r)); });
+        return listener->port();
+    }
+    std::uint16_t listen_rejecting(std::vector<std::byte> data) {
+        on_request = [this, data](cm::connect_request r) {
+            r.reject(data);
+            accepted.done = true;
+        };
+        return listen();
+    }
+    void accept_one(cm::connection_options opt, before_accept_fn ba) {
+        accepted.reset();
+        on_request = [this, opt, ba](cm::connect_request r) {
+            cm::accept<rx::rc, rx::busy_poll>(
+                eng, std::move(r), opt, {},
+                [ba](conn& c) {
+                    if (ba) ba(c);
+                },
+                [this](std::exception_ptr e, std::optional<conn> c) {
+                    accepted.error = e;
+                    accepted.c = std::move(c);
+                    accepted.done = true;
+                });
+        };
+    }
+    void connect(cm::address to, cm::connection_options opt) {
+        connected.reset();
+        cm::connect<rx::rc, rx::busy_poll>(eng, to, opt, {}, [this](std::exception_ptr e, std::optional<conn> c) {
+            connected.error = e;
+            connected.c = std::move(c);
+            connected.done = true;
+        });
+    }
+    template <class Pred>
+    bool progress_until(Pred done, std::chrono::milliseconds bound) {
+        for (auto const end = steady::now() + bound; !done() && steady::now() < end;)
+            (void)eng.wait(10ms);
+        return done();
+    }
+};
+
+// Asio: an io::cm_engine driven by the io_context, async_connect and async_accept on it (a
+// reject: a listener on its cm::engine, as cm_engine's docs allow).
+struct asio_driver {
+    static constexpr char const* name = "asio";
+    ::asio::io_context io;
+    rxa::cm_engine eng{io.get_executor()};
+    std::optional<rxa::cm_acceptor<rx::rc>> acceptor;
+    std::optional<cm::listener<rx::rc>> rejecting;
+    result accepted, connected;
+
+    std::uint16_t listen() {
+        acceptor.emplace(eng, test::device_address(0));
+        return acceptor->port();
+    }
+    std::uint16_t listen_rejecting(std::vector<std::byte> data) {
+        rejecting.emplace(eng.engine(), test::device_address(0), cm::listener_options{},
+                          [this, data](cm::connect_request r) {
+                              r.reject(data);
+                              accepted.done = true;
+                          });
+        eng.arm();
+        return rejecting->port();
+    }
+    void accept_one(cm::connection_options opt, before_accept_fn ba) {
+        accepted.reset();
+        rxa::async_accept<rx::busy_poll>(
+            *acceptor, opt, {},
+            [ba](conn& c) {
+                if (ba) ba(c);
+            },
+            [this](std::exception_ptr e, std::optional<conn> c) {
+                accepted.error = e;
+                accepted.c = std::move(c);
+                accepted.done = true;
+            });
+    }
+    void connect(cm::address to, cm::connection_options opt) {
+        connected.reset();
+        rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, opt, {},
+                                                  [this](std::exception_ptr e, std::optional<conn> c) {
+                                                      connected.error = e;
+                                                      connected.c = std::move(c);
+                                                      connected.done = true;
+                                                  });
+    }
+    template <class Pred>
+    bool progress_until(Pred done, std::chrono::milliseconds bound) {
+        for (auto const end = steady::now() + bound; !done() && steady::now() < end;) {
+            if (io.stopped()) io.restart();
+            io.run_for(10ms);
+        }
+        return done();
+    }
+};
+
+template <class Driver>
+result& wait_for(Driver& d, result& r, std::chrono::milliseconds bound) {
+    REQUIRE_MESSAGE(d.progress_until([&] { return r.done.load(); }, bound),
+                    std::string{Driver::name} << ": no outcome within " << bound.count() << " ms");
+    return r;
+}
+
+// The error `r` ended with, as `E` (fails the test when it is another, or none).
+template <class E>
+E error_of(result const& r) {
+    REQUIRE(r.error);
+    try {
+        std::rethrow_exception(r.error);
+    } catch (E const& e) {
+        return e;
+    } catch (std::exception const& e) {
+        FAIL("another error: " << e.what());
+    }
+    throw std::logic_error("unreachable");
+}
+
+// A receive posted before the accept (a client may send at once), in memory kept here.
+struct inbox {
+    std::unique_ptr<test::buffer> buf;
+    before_accept_fn prepare() {
+        return [this](conn& c) {
+            buf = std::make_unique<test::buffer>(c.pd(), 256);
+            c.qp().post_recv(rx::recv{buf->span().first(128)}.id(1));
+        };
+    }
+};
+
+// Both sides connected through `d`, a receive posted on the server's QP before the accept.
+template <class Driver>
+std::pair<conn*, conn*> connect_pair(Driver& d, inbox& in, cm::connection_options const& opt = {}) {
+    auto const port = d.listen();
+    d.accept_one(opt, in.prepare());
+    d.connect(test::device_address(port), opt);
+    auto& s = wait_for(d, d.accepted, 30s);
+    auto& c = wait_for(d, d.connected, 30s);
+    if (s.error) std::rethrow_exception(s.error);
+    if (c.error) std::rethrow_exception(c.error);
+    REQUIRE(s.c);
+    REQUIRE(c.c);
+    return {&*s.c, &*c.c};
+}
+
+} // namespace drivers_test
+
+using namespace drivers_test;
+
+#define RDMACXX_DRIVERS blocking_driver, engine_driver, asio_driver
+
+TEST_CASE_TEMPLATE("cm drivers: connect, accept, a verified SEND, and a disconnect from either side end the same "
+                   "way through every driver",
+                   D, RDMACXX_DRIVERS) {
+    bool client_leaves = true;
+    SUBCASE("the client disconnects") { client_leaves = true; }
+    SUBCASE("the server disconnects") { client_leaves = false; }
+    D d;
+    inbox in;
+    auto [server, client] = connect_pair(d, in);
+    CHECK(server->state() == cm::connection_state::established);
+    CHECK(client->state() == cm::connection_state::established);
+    CHECK(server->cm_id().peer_address().port() == client->cm_id().local_address().port());
+
+    test::buffer out(client->pd(), 128);
+    test::fill_pattern(out.bytes_, 9);
+    client->qp().post(rx::send{out.span().first(100)}.id(2));
+    auto const sent = client->cq().wait_one(10s);
+    REQUIRE(sent.has_value());
+    CHECK(sent->ok());
+    auto const got = server->cq().wait_one(10s);
+    REQUIRE(got.has_value());
+    REQUIRE(got->ok());
+    CHECK(got->byte_len() == 100);
+    CHECK(std::memcmp(in.buf->bytes_.data(), out.bytes_.data(), 100) == 0);
+
+    conn& leaving = client_leaves ? *client : *server;
+    conn& staying = client_leaves ? *server : *client;
+    test::buffer posted(staying.pd(), 64);
+    staying.qp().post_recv(rx::recv{posted.span()}.id(3));
+    auto const t0 = steady::now();
+    leaving.disconnect();
+    CHECK(leaving.state() == cm::connection_state::disconnected);
+    REQUIRE(d.progress_until([&] { return staying.state() != cm::connection_state::established; }, 10s));
+    double const took = ms_since(t0);
+    CHECK(staying.state() == cm::connection_state::disconnected);
+    auto const flushed = staying.cq().wait_one(10s);
+    REQUIRE(flushed.has_value());
+    CHECK(flushed->status() == IBV_WC_WR_FLUSH_ERR);
+    MESSAGE(std::string{D::name} << ": " << (client_leaves ? "client" : "server")
+                                 << " disconnected; the other side saw it after " << took << " ms");
+}
+
+TEST_CASE_TEMPLATE("cm drivers: a reject with private data reaches the client as rejected_error with the bytes", D,
+                   RDMACXX_DRIVERS) {
+    D d;
+    std::vector<std::byte> const why{std::byte{'f'}, std::byte{'u'}, std::byte{'l'}, std::byte{'l'}};
+    auto const port = d.listen_rejecting(why);
+    d.connect(test::device_address(port), {});
+    auto const e = error_of<cm::rejected_error>(wait_for(d, d.connected, 30s));
+    CHECK(e.by_consumer());
+    REQUIRE(e.private_data().size() >= why.size());
+    CHECK(std::equal(why.begin(), why.end(), e.private_data().begin()));
+    CHECK(wait_for(d, d.accepted, 10s).done);
+}
+
+TEST_CASE_TEMPLATE("cm drivers: each step's deadline ends its step with timeout_error naming it, within its bound", D,
+                   RDMACXX_DRIVERS) {
+    D d;
+    SUBCASE("an address on the subnet that nobody answers (rxe resolves it at once: the connect step ends it)") {
+        cm::connection_options opt;
+        opt.deadlines.resolve_address = 1000ms;
+        opt.deadlines.connect = 1000ms;
+        auto const t0 = steady::now();
+        d.connect(cm::address::resolve("198.18.0.77", 7471), opt);
+        auto const e = error_of<cm::timeout_error>(wait_for(d, d.connected, 20s));
+        double const took = ms_since(t0);
+        MESSAGE(std::string{D::name} << ": after " << took << " ms: " << std::string{e.what()});
+        CHECK((e.step() == cm::step::resolve_address || e.step() == cm::step::connect));
+        CHECK(took < 1000.0 + 1000.0 + 3000.0); // the step, the CM's own second of slack, TCG
+    }
+    SUBCASE("connect: a listener that never takes its requests") {
+        cm::listener<rx::rc> mute{test::device_address(0)};
+        cm::connection_options opt;
+        opt.deadlines.connect = 1000ms;
+        auto const t0 = steady::now();
+        d.connect(test::device_address(mute.port()), opt);
+        auto const e = error_of<cm::timeout_error>(wait_for(d, d.connected, 20s));
+        double const took = ms_since(t0);
+        MESSAGE(std::string{D::name} << ": after " << took << " ms: " << std::string{e.what()});
+        CHECK(e.step() == cm::step::connect);
+        CHECK(took < 1000.0 + 3000.0);
+    }
+    SUBCASE("accept: a client that never sends the RTU; the next client is served") {
+        auto const port = d.listen();
+        cm::connection_options opt;
+        opt.deadlines.accept = 1000ms;
+        d.accept_one(opt, {});
+        cm::event_channel ch; // a hand-driven client: it connects naming a QPN and stops there
+        cm::id silent{ch, cm::port_space::tcp};
+        silent.resolve_address(test::device_address(port), 2000ms);
+        REQUIRE(ch.get(5s)->type() == cm::event_type::addr_resolved);
+        silent.resolve_route(2000ms);
+        REQUIRE(ch.get(5s)->type() == cm::event_type::route_resolved);
+        silent.connect({}, {}, 0x1234, false);
+        auto const t0 = steady::now();
+        auto const e = error_of<cm::timeout_error>(wait_for(d, d.accepted, 20s));
+        double const took = ms_since(t0);
+        MESSAGE(std::string{D::name} << ": after " << took << " ms: " << std::string{e.what()});
+        CHECK(e.step() == cm::step::accept);
+        CHECK(took < 1000.0 + 3000.0);
+        inbox in;
+        d.accept_one({}, in.prepare());
+        d.connect(test::device_address(port), {});
+        auto& s = wait_for(d, d.accepted, 30s);
+        auto& c = wait_for(d, d.connected, 30s);
+        CHECK_FALSE(s.error);
+        CHECK_FALSE(c.error);
+        REQUIRE(s.c);
+        CHECK(s.c->state() == cm::connection_state::established);
+    }
+}
+
+TEST_CASE_TEMPLATE("cm drivers: a peer killed with SIGKILL ends the connection on either side, its receives flushed, "
+                   "within the bound",
+                   D, RDMACXX_DRIVERS) {
+    bool we_accept = true;
+    SUBCASE("the client killed") { we_accept = true; }
+    SUBCASE("the server killed") { we_accept = false; }
+    D d;
+    std::string const program = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "device_tests";
+    REQUIRE(std::filesystem::exists(program));
+    std::optional<test::child_process> peer;
+    conn* ours = nullptr;
+    inbox in;
+    if (we_accept) {
+        auto const port = d.listen();
+        d.accept_one({}, in.prepare());
+        peer.emplace("peer connect " + std::to_string(port), program);
+        auto& s = wait_for(d, d.accepted, 30s);
+        if (s.error) std::rethrow_exception(s.error);
+        ours = &*s.c;
+    } else {
+        peer.emplace("peer accept", program);
+        std::string const said = peer->line(30s);
+        REQUIRE(said.rfind("port ", 0) == 0);
+        d.connect(test::device_address(static_cast<std::uint16_t>(std::stoi(said.substr(5)))), {});
+        auto& c = wait_for(d, d.connected, 30s);
+        if (c.error) std::rethrow_exception(c.error);
+        ours = &*c.c;
+        in.buf = std::make_unique<test::buffer>(ours->pd(), 256);
+        ours->qp().post_recv(rx::recv{in.buf->span().first(128)}.id(1));
+    }
+    REQUIRE(peer->line(30s) == "up");
+    auto const killed = steady::now();
+    peer->kill();
+    constexpr auto bound = 20s; // the dead peer's kernel sends the DREQ at once; generous for TCG
+    REQUIRE(d.progress_until([&] { return ours->state() != cm::connection_state::established; }, bound));
+    double const seen = ms_since(killed);
+    CHECK(ours->state() == cm::connection_state::disconnected);
+    auto const flushed = ours->cq().wait_one(10s);
+    REQUIRE(flushed.has_value());
+    CHECK(flushed->wr_id() == 1);
+    CHECK(flushed->status() == IBV_WC_WR_FLUSH_ERR);
+    CHECK(peer->wait(10s).has_value());
+    MESSAGE(std::string{D::name} << ": the " << (we_accept ? "client" : "server") << " killed; our side ended after "
+                                 << seen << " ms (bound " << bound.count() << " s)");
+}
