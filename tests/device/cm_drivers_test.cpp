@@ -1,9 +1,9 @@
 // The one CM handshake through its three drivers — blocking calls, a user's loop on a
 // `cm::engine`, Asio's reactor on an `io::cm_engine` — with the same scenario table and the same
 // outcomes: connect and accept with a verified exchange, a disconnect from either side, a
-// reject with private data, each step's deadline (connect — also to an address nobody answers — and
-// accept), a peer killed with
-// SIGKILL on either side. Each driver is a small adapter below; the scenarios are written once.
+// reject with private data, each step's deadline (connect — also to an address nobody answers —
+// and accept), a peer killed with SIGKILL on either side. Each driver is a small adapter below; the scenarios are
+// written once.
 //
 // The killed peers are the device_tests program re-executed (cm_fault_test.cpp's child entry:
 // "peer connect PORT", "peer accept"), beside this program in the build tree.
@@ -15,14 +15,20 @@
 
 #include <asio/io_context.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -428,4 +434,311 @@ TEST_CASE_TEMPLATE("cm drivers: a peer killed with SIGKILL ends the connection o
     CHECK(peer->wait(10s).has_value());
     MESSAGE(std::string{D::name} << ": the " << (we_accept ? "client" : "server") << " killed; our side ended after "
                                  << seen << " ms (bound " << bound.count() << " s)");
+}
+
+// ---- churn: clients killed one after another, through each driver ----------------------------
+
+namespace drivers_test {
+
+// The echo of a churn server, whatever its driver: one PD, one busy-poll CQ and one SRQ of
+// 64-byte slots for every connection; each message goes back from its slot to the QP it came
+// from, and the slot's receive is posted again once that send completed (or was flushed).
+// Connections whose peer went (state no longer established) are destroyed by `reap`. The QP map
+// has a lock: the blocking driver's `before_accept` runs on its accept thread.
+class echo_core {
+public:
+    static constexpr std::uint32_t slots = 256;
+    using connection = conn;
+
+    std::atomic<std::size_t> accept_failures{0};
+    std::size_t echoed = 0, ended = 0;
+
+    [[nodiscard]] std::size_t open() const noexcept { return conns_.size(); }
+
+    // What an accept's before_accept does: the QP noted before the client may send.
+    void note(connection& c) {
+        std::lock_guard lock{mutex_};
+        qps_[c.qp().qp_num()] = &c.qp();
+    }
+    // An accepted connection, owned from now on (or the failure of a client killed mid-handshake).
+    void adopt(std::exception_ptr error, std::optional<connection> c, std::uint32_t qpn) {
+        if (error) {
+            std::lock_guard lock{mutex_};
+            qps_.erase(qpn);
+            ++accept_failures;
+            return;
+        }
+        conns_[qpn] = std::make_unique<connection>(std::move(*c));
+    }
+
+    // Every completion of the CQ, then the connections that ended.
+    void echo_and_reap() {
+        std::array<rx::work_completion, 16> wcs;
+        for (std::size_t n; (n = cq_->poll(std::span{wcs})) != 0;) {
+            for (std::size_t k = 0; k < n; ++k) {
+                auto const& wc = wcs[k];
+                auto const i = static_cast<std::uint32_t>(wc.wr_id() % slots);
+                if (wc.wr_id() >= slots || !wc.ok()) { // an echo sent or flushed, or a flushed receive
+                    if (wc.wr_id() >= slots || wc.is_recv()) srq_->post_recv(rx::recv{slot(i)}.id(i));
+                    continue;
+                }
+                std::unique_lock lock{mutex_};
+                auto it = qps_.find(wc.qp_num());
+                if (it == qps_.end()) { // its connection is gone already
+                    lock.unlock();
+                    srq_->post_recv(rx::recv{slot(i)}.id(i));
+                    continue;
+                }
+                it->second->post(rx::send{slot(i).first(wc.byte_len())}.id(slots + i));
+                ++echoed;
+            }
+        }
+        for (auto it = conns_.begin(); it != conns_.end();) {
+            if (it->second->state() == cm::connection_state::established) {
+                ++it;
+                continue;
+            }
+            {
+                std::lock_guard lock{mutex_};
+                qps_.erase(it->first);
+            }
+            it = conns_.erase(it);
+            ++ended;
+        }
+    }
+
+protected:
+    // The shared resources on `ctx` (the listener's device), the SRQ's receives posted.
+    void init(rx::context& ctx) {
+        pd_.emplace(ctx);
+        cq_.emplace(ctx, 4096);
+        srq_.emplace(*pd_, slots);
+        memory_.resize(std::size_t{slots} * 64);
+        mr_.emplace(pd_->register_memory(std::span{memory_}, rx::access::local_write));
+        for (std::uint32_t i = 0; i < slots; ++i)
+            srq_->post_recv(rx::recv{slot(i)}.id(i));
+    }
+    [[nodiscard]] cm::resources<rx::busy_poll> shared() {
+        return {.pd = *pd_, .send_cq = *cq_, .recv_cq = *cq_, .srq = &*srq_};
+    }
+    // The connections go before the resources they borrow.
+    void clear() { conns_.clear(); }
+
+private:
+    rx::local_span<std::byte> slot(std::uint32_t i) { return mr_->span().subspan(std::size_t{i} * 64, 64); }
+
+    std::optional<rx::protection_domain> pd_;
+    std::optional<rx::completion_queue<rx::busy_poll>> cq_;
+    std::optional<rx::shared_receive_queue> srq_;
+    std::vector<std::byte> memory_;
+    std::optional<rx::memory_region> mr_;
+    std::mutex mutex_;
+    std::map<std::uint32_t, connection::qp_type*> qps_;
+    std::map<std::uint32_t, std::unique_ptr<connection>> conns_;
+};
+
+// A user's loop: the engine's listener hands each request to cm::accept.
+class engine_churn : public echo_core {
+public:
+    static constexpr char const* name = "engine";
+    engine_churn()
+        : listener_(engine_, test::device_address(0), {.backlog = 64}, [this](cm::connect_request r) {
+              auto const qpn = std::make_shared<std::uint32_t>(0);
+              cm::accept<rx::rc, rx::busy_poll>(
+                  engine_, std::move(r), {}, cm::shared_qp<rx::rc>(shared()),
+                  [this, qpn](connection& c) {
+                      *qpn = c.qp().qp_num();
+                      note(c);
+                  },
+                  [this, qpn](std::exception_ptr e, std::optional<connection> c) { adopt(e, std::move(c), *qpn); });
+          }) {
+        init(listener_.cm_id().context());
+    }
+    ~engine_churn() { clear(); }
+    [[nodiscard]] std::uint16_t port() const noexcept { return listener_.port(); }
+    void pump() {
+        (void)engine_.process();
+        echo_and_reap();
+    }
+    void check_idle() {
+        CHECK(engine_.pending() == 0);
+        CHECK(engine_.registered() == 1); // the listener alone
+    }
+
+private:
+    cm::engine engine_;
+    cm::listener<rx::rc> listener_;
+};
+
+// Asio: one async_accept always outstanding on a cm_acceptor; the reactor polled.
+class asio_churn : public echo_core {
+public:
+    static constexpr char const* name = "asio";
+    asio_churn() : acceptor_(eng_, test::device_address(0), {.backlog = 64}) {
+        init(acceptor_.listener().cm_id().context());
+        accept_next();
+    }
+    ~asio_churn() { clear(); }
+    [[nodiscard]] std::uint16_t port() const noexcept { return acceptor_.port(); }
+    void pump() {
+        if (io_.stopped()) io_.restart();
+        (void)io_.poll();
+        echo_and_reap();
+    }
+    void check_idle() {
+        CHECK(eng_.engine().pending() == 0);
+        CHECK(eng_.engine().registered() == 1); // the listener alone
+    }
+
+private:
+    void accept_next() {
+        auto const qpn = std::make_shared<std::uint32_t>(0);
+        rxa::async_accept<rx::busy_poll>(
+            acceptor_, {}, cm::shared_qp<rx::rc>(shared()),
+            [this, qpn](connection& c) {
+                *qpn = c.qp().qp_num();
+                note(c);
+            },
+            [this, qpn](std::exception_ptr e, std::optional<connection> c) {
+                adopt(e, std::move(c), *qpn);
+                accept_next();
+            });
+    }
+
+    ::asio::io_context io_;
+    rxa::cm_engine eng_{io_.get_executor()};
+    rxa::cm_acceptor<rx::rc> acceptor_;
+};
+
+// Blocking calls: one accept thread (get_request, accept); each connection watched by its own
+// monitor thread, as blocking connections are; the connections handed to the pump's thread.
+class blocking_churn : public echo_core {
+public:
+    static constexpr char const* name = "blocking";
+    blocking_churn() : listener_(test::device_address(0), cm::listener_options{.backlog = 64}) {
+        init(listener_.cm_id().context());
+        accepter_ = std::jthread{[this](std::stop_token stop) {
+            while (!stop.stop_requested()) {
+                std::uint32_t qpn = 0;
+                try {
+                    auto req = listener_.get_request(200ms);
+                    auto c = req.accept({}, cm::shared_qp<rx::rc>(shared()), [this, &qpn](connection& n) {
+                        qpn = n.qp().qp_num();
+                        note(n);
+                    });
+                    std::lock_guard lock{inbox_mutex_};
+                    inbox_.emplace_back(qpn, std::move(c));
+                } catch (cm::timeout_error const& e) {
+                    if (e.step() != cm::step::other) {
+                        std::lock_guard lock{inbox_mutex_};
+                        failed_.push_back(qpn);
+                    }
+                } catch (rx::error const&) { // a client killed mid-handshake: its failure only
+                    std::lock_guard lock{inbox_mutex_};
+                    failed_.push_back(qpn);
+                }
+            }
+        }};
+    }
+    ~blocking_churn() {
+        accepter_ = {};
+        clear();
+    }
+    [[nodiscard]] std::uint16_t port() const noexcept { return listener_.port(); }
+    void pump() {
+        {
+            std::lock_guard lock{inbox_mutex_};
+            for (auto& [qpn, c] : inbox_)
+                adopt(nullptr, std::move(c), qpn);
+            for (auto qpn : failed_)
+                adopt(std::make_exception_ptr(std::runtime_error{"accept failed"}), std::nullopt, qpn);
+            inbox_.clear();
+            failed_.clear();
+        }
+        echo_and_reap();
+    }
+    void check_idle() {}
+
+private:
+    cm::listener<rx::rc> listener_;
+    std::mutex inbox_mutex_;
+    std::vector<std::pair<std::uint32_t, connection>> inbox_;
+    std::vector<std::uint32_t> failed_;
+    std::jthread accepter_;
+};
+
+} // namespace drivers_test
+
+TEST_CASE_TEMPLATE("cm drivers: churn: 8 client processes, one killed with SIGKILL every 0.3-0.7 s for 30 cycles; "
+                   "the survivors keep being served, and connections, QPs, threads and descriptors return to their "
+                   "baseline, through every driver",
+                   Server, engine_churn, asio_churn, blocking_churn) {
+    constexpr int clients = 8, cycles = 30;
+    std::string const program = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "device_tests";
+    { Server warm_up; } // librdmacm opens (and keeps) its device files on first use
+    std::size_t const threads0 = test::proc_entries("/proc/self/task");
+    std::size_t const fds0 = test::proc_entries("/proc/self/fd");
+    std::size_t const rc_qps0 = test::rdma_qps_of_this_process("RC");
+    std::optional<Server> srv{std::in_place};
+    std::size_t const threads_serving = test::proc_entries("/proc/self/task"); // + the accept thread (blocking)
+    std::vector<std::unique_ptr<test::child_process>> kids(clients);
+    std::vector<int> progress(clients, 0); // "echoed" lines seen per slot, since its last spawn
+    std::uint32_t next_id = 0;
+    auto spawn = [&](int k) {
+        kids[static_cast<std::size_t>(k)] = std::make_unique<test::child_process>(
+            "churn " + test::device_ip() + " " + std::to_string(srv->port()) + " " + std::to_string(next_id++),
+            program);
+        progress[static_cast<std::size_t>(k)] = 0;
+    };
+    // Pumps the server for `d`, reading what the children say.
+    auto run_for = [&](std::chrono::milliseconds d) {
+        for (auto const end = steady::now() + d; steady::now() < end;) {
+            srv->pump();
+            for (int k = 0; k < clients; ++k)
+                if (auto& kid = kids[static_cast<std::size_t>(k)])
+                    for (std::string l = kid->line(0ms); !l.empty(); l = kid->line(0ms))
+                        if (l.rfind("echoed", 0) == 0) ++progress[static_cast<std::size_t>(k)];
+            std::this_thread::sleep_for(1ms);
+        }
+    };
+    for (int k = 0; k < clients; ++k)
+        spawn(k);
+    std::mt19937 rng{12345};
+    std::uniform_int_distribution<int> pause_ms{300, 700}, victim{0, clients - 1};
+    auto const t0 = steady::now();
+    for (int c = 0; c < cycles; ++c) {
+        run_for(std::chrono::milliseconds{pause_ms(rng)});
+        int const k = victim(rng);
+        kids[static_cast<std::size_t>(k)].reset(); // SIGKILL and reaped
+        spawn(k);
+    }
+    // Every client alive now is served: each says "echoed" again within 30 s.
+    std::fill(progress.begin(), progress.end(), 0);
+    for (auto const end = steady::now() + 30s;
+         steady::now() < end && std::any_of(progress.begin(), progress.end(), [](int p) { return p == 0; });)
+        run_for(100ms);
+    for (int k = 0; k < clients; ++k)
+        CHECK_MESSAGE(progress[static_cast<std::size_t>(k)] > 0, "client slot " << k << " was not served");
+    MESSAGE(std::string{Server::name} << ": " << cycles << " kill cycles in "
+                                      << std::chrono::duration<double>(steady::now() - t0).count()
+                                      << " s: " << srv->echoed << " messages echoed, " << srv->ended
+                                      << " connections ended by their peer's death, " << srv->accept_failures.load()
+                                      << " accepts failed (clients killed mid-handshake)");
+    // All killed: the server notices every one (their kernels send the DREQ) and is back at its
+    // baseline.
+    auto const t1 = steady::now();
+    for (auto& kid : kids)
+        kid.reset(); // SIGKILL and reaped
+    for (auto const end = steady::now() + 30s; srv->open() != 0 && steady::now() < end;)
+        run_for(10ms);
+    MESSAGE(std::string{Server::name} << ": the last " << clients << " deaths noticed in "
+                                      << std::chrono::duration<double>(steady::now() - t1).count() << " s");
+    CHECK(srv->open() == 0);
+    run_for(200ms);
+    srv->check_idle();
+    CHECK(test::rdma_qps_of_this_process("RC") == rc_qps0);          // `rdma resource show qp`: none left
+    CHECK(test::proc_entries("/proc/self/task") == threads_serving); // no connection's thread left
+    srv.reset();
+    CHECK(test::proc_entries("/proc/self/task") == threads0);
+    CHECK(test::proc_entries("/proc/self/fd") == fds0);
 }
