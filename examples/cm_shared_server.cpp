@@ -10,8 +10,14 @@
 // its answer's send completed. Clients (in this process, each a self-contained CM connection)
 // keep a window of messages in flight and check every answer byte for byte.
 //
-// Usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles]
-//        cm_shared_server -m server -b address -p port -w clients [-n messages] [-t seconds]
+// With -d blocking the same server accepts with the blocking driver instead: one accept thread
+// (`listener.get_request`, then `request.accept` on the same shared resources) and, as every
+// blocking connection has, a monitor thread per connection on its own CM channel; the epoll loop
+// keeps the completions, and reaps the connections whose peer went. For comparison: threads and
+// descriptors then grow with the clients, and return to their count once they have gone.
+//
+// Usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles] [-d driver]
+//        cm_shared_server -m server -b address -p port -w clients [-n messages] [-t seconds] [-d driver]
 //        cm_shared_server -m client -b server-address -p port -c clients [-i first-id] [-n messages]
 //   -b  the IP address of the RDMA device to listen on (and connect to)
 //   -c  concurrent clients (32), -n  messages per client (100)
@@ -24,6 +30,7 @@
 //      At most -t seconds (600) in all.
 //   -m client: -c clients (ids from -i), each a connection of its own, exchange -n messages
 //      each, print "clients done", then hold their connections until killed (or 600 s).
+//   -d  the CM driver of the server: engine (the default) or blocking
 //   -a  ACK timeout in ms of every QP (default 67 ms, which with 6 retries gives up on a silent
 //      peer after about 470 ms): tools/nodes-wire gives 1,000 connections on emulated nodes of
 //      a loaded host more.
@@ -45,6 +52,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -82,9 +91,13 @@ class server {
 public:
     // Room for `clients` clients' windows in the SRQ (at least 256 receives), each receive with
     // the slot its answer goes out from.
-    server(cm::address const& local, std::uint32_t clients)
+    server(cm::address const& local, std::uint32_t clients, bool blocking = false)
         : slots_(std::max<std::uint32_t>(256, clients * window)),
-          listener_(engine_, local, {.backlog = 1024}, [this](cm::connect_request req) { accept(std::move(req)); }),
+          listener_(blocking ? cm::listener<rx::rc>{local, cm::listener_options{.backlog = 1024}}
+                             : cm::listener<rx::rc>{engine_,
+                                                    local,
+                                                    {.backlog = 1024},
+                                                    [this](cm::connect_request req) { accept(std::move(req)); }}),
           pd_(listener_.cm_id().context()), channel_(listener_.cm_id().context()),
           cq_(listener_.cm_id().context(), static_cast<int>(2 * slots_ + 64), channel_), srq_(pd_, slots_),
           memory_(2 * std::size_t{slots_} * msg_bytes),
@@ -93,6 +106,7 @@ public:
             srq_.post_recv(rx::recv{slot(i)}.id(i));
         channel_.set_nonblocking();
         cq_.arm();
+        if (blocking) accepter_ = std::jthread{[this](std::stop_token const& stop) { accept_blocking(stop); }};
     }
 
     [[nodiscard]] std::uint16_t port() const noexcept { return listener_.port(); }
@@ -127,6 +141,7 @@ public:
             for (int k = 0; k < n; ++k)
                 if (ready[static_cast<std::size_t>(k)].data.fd == channel_.fd()) completions();
             engine_.process(); // CM events, and the handshakes whose deadline passed
+            if (accepter_.joinable()) take_blocking();
         }
         ::close(ep);
     }
@@ -146,25 +161,23 @@ private:
     void accept(cm::connect_request req) {
         if (first_request_ == std::chrono::steady_clock::time_point{})
             first_request_ = std::chrono::steady_clock::now();
-        cm::resources<rx::event_driven> const shared{
-            .pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
         auto const qpn = std::make_shared<std::uint32_t>(0); // shared by the two callbacks
         cm::accept<rx::rc, rx::event_driven>(
-            engine_, std::move(req), options, cm::shared_qp<rx::rc>(shared),
+            engine_, std::move(req), options, cm::shared_qp<rx::rc>(shared()),
             [this, qpn](connection& c) {
                 *qpn = c.qp().qp_num();
-                qps_[*qpn] = &c.qp(); // the QP stays where it is when the connection moves
+                note(c);
             },
             [this, qpn](std::exception_ptr const& error, std::optional<connection> c) {
                 if (error) {
-                    qps_.erase(*qpn);
+                    forget(*qpn);
                     return report(error);
                 }
                 auto owned = std::make_unique<connection>(std::move(*c));
                 // The peer left or died: its QP is in ERR (its flushed completions, if any, stay
                 // in the CQ: see below); forget it.
                 owned->on_end([this, n = *qpn](cm::connection_state) {
-                    qps_.erase(n);
+                    forget(n);
                     by_qpn_.erase(n);
                     open_ = by_qpn_.size();
                 });
@@ -173,6 +186,73 @@ private:
                 ++accepted_;
                 last_established_ = std::chrono::steady_clock::now();
             });
+    }
+
+    // The QP of a connection being accepted, known before the accept is sent (the blocking
+    // driver's accept thread calls it: hence the lock).
+    void note(connection& c) {
+        std::lock_guard lock{qps_mutex_};
+        qps_[c.qp().qp_num()] = &c.qp(); // the QP stays where it is when the connection moves
+    }
+    void forget(std::uint32_t qpn) {
+        std::lock_guard lock{qps_mutex_};
+        qps_.erase(qpn);
+    }
+
+    // -d blocking, on the accept thread: the next request (at most 100 ms, to see `stop`),
+    // accepted with the blocking call; the connection handed to the loop's thread.
+    void accept_blocking(std::stop_token const& stop) {
+        while (!stop.stop_requested()) {
+            std::optional<cm::connect_request> req;
+            try {
+                req.emplace(listener_.get_request(100ms));
+            } catch (cm::timeout_error const&) {
+                continue;
+            } catch (rx::error const&) {
+                report(std::current_exception());
+                continue;
+            }
+            std::uint32_t qpn = 0;
+            try {
+                auto c = req->accept(options, cm::shared_qp<rx::rc>(shared()), [this, &qpn](connection& n) {
+                    qpn = n.qp().qp_num();
+                    note(n);
+                });
+                std::lock_guard lock{inbox_mutex_};
+                inbox_.emplace_back(qpn, std::move(c));
+            } catch (rx::error const&) { // that client's failure only
+                forget(qpn);
+                report(std::current_exception());
+            }
+        }
+    }
+    // -d blocking, on the loop's thread: the connections accepted meanwhile are kept; those whose
+    // peer went (their monitor thread moved the QP to ERR) are destroyed.
+    void take_blocking() {
+        {
+            std::lock_guard lock{inbox_mutex_};
+            for (auto& [qpn, c] : inbox_) {
+                if (first_request_ == std::chrono::steady_clock::time_point{})
+                    first_request_ = std::chrono::steady_clock::now();
+                by_qpn_[qpn] = std::make_unique<connection>(std::move(c));
+                ++accepted_;
+                last_established_ = std::chrono::steady_clock::now();
+            }
+            inbox_.clear();
+        }
+        for (auto it = by_qpn_.begin(); it != by_qpn_.end();) {
+            if (it->second->state() == cm::connection_state::established) {
+                ++it;
+                continue;
+            }
+            forget(it->first);
+            it = by_qpn_.erase(it);
+        }
+        open_ = by_qpn_.size();
+    }
+
+    [[nodiscard]] cm::resources<rx::event_driven> shared() {
+        return {.pd = pd_, .send_cq = cq_, .recv_cq = cq_, .srq = &srq_, .channel = &channel_};
     }
 
     static void report(std::exception_ptr const& error) {
@@ -202,6 +282,7 @@ private:
                 std::memcpy(&client, msg.data(), 4);
                 std::memcpy(&seq, msg.data() + 4, 4);
                 if (!is_message(msg, client, seq, false)) throw std::runtime_error("a message arrived corrupt");
+                std::lock_guard lock{qps_mutex_};
                 auto it = qps_.find(wc.qp_num());
                 if (it == qps_.end()) throw std::runtime_error("a message from an unknown QP");
                 make_message(std::span{memory_}.subspan((std::size_t{slots_} + i) * msg_bytes, msg_bytes), client, seq,
@@ -222,11 +303,15 @@ private:
     std::vector<std::byte> memory_;
     rx::memory_region mr_;
     std::map<std::uint32_t, std::unique_ptr<connection>> by_qpn_;
+    std::mutex qps_mutex_;
     std::map<std::uint32_t, rx::queue_pair<rx::rc, rx::event_driven>*> qps_; // from before each accept
     std::atomic<std::size_t> open_{0};
     std::atomic<std::size_t> accepted_{0};
     std::atomic<std::uint64_t> answered_{0};
     std::chrono::steady_clock::time_point first_request_{}, last_established_{};
+    std::mutex inbox_mutex_; // -d blocking: the accept thread's connections, for the loop's thread
+    std::vector<std::pair<std::uint32_t, connection>> inbox_;
+    std::jthread accepter_; // -d blocking; stopped (and joined) before anything else goes
 };
 
 // A client: a self-contained connection with `window` messages in flight.
@@ -295,12 +380,13 @@ volatile std::sig_atomic_t killed = 0; // SIGUSR1: the clients were killed
 volatile std::sig_atomic_t leave = 0;  // SIGUSR2: the program may end
 
 // -m server: serves `expected` clients of `messages` each on this thread alone (see the usage).
-int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messages, std::chrono::seconds limit) {
+int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messages, std::chrono::seconds limit,
+          bool blocking) {
     std::signal(SIGUSR1, [](int) { killed = 1; });
     std::signal(SIGUSR2, [](int) { leave = 1; });
     auto const deadline = std::chrono::steady_clock::now() + limit;
     auto const out_of_time = [&] { return std::chrono::steady_clock::now() > deadline; };
-    server srv{where, expected};
+    server srv{where, expected, blocking};
     std::size_t const threads0 = server_modes::threads(), fds0 = server_modes::descriptors();
     long const rss0 = server_modes::rss_kib();
     std::printf("listening on %s: %zu thread(s), %zu descriptors, RSS %ld KiB\n", where.to_string().c_str(), threads0,
@@ -350,8 +436,11 @@ int serve(cm::address const& where, std::uint32_t expected, std::uint32_t messag
     std::fflush(stdout);
     auto const until = std::chrono::steady_clock::now() + 60s;
     srv.run_until([&] { return leave != 0 || std::chrono::steady_clock::now() > until || out_of_time(); });
-    bool const constant = threads_max == threads0 && server_modes::descriptors() == fds0;
-    if (!constant) std::fprintf(stderr, "cm_shared_server: threads or descriptors not constant\n");
+    // The engine: one thread and the same descriptors throughout. Blocking: a monitor thread and
+    // a CM channel per connection while it lives, none once they have gone.
+    bool const constant = (blocking || threads_max == threads0) && server_modes::threads() == threads0 &&
+                          server_modes::descriptors() == fds0;
+    if (!constant) std::fprintf(stderr, "cm_shared_server: threads or descriptors not back at their count\n");
     return constant ? 0 : 1;
 }
 
@@ -375,7 +464,8 @@ int main(int argc, char** argv) try {
     std::uint16_t port = 0;
     std::uint32_t n_clients = 32, n_messages = 100, cycles = 0;
     server_modes::options modes;
-    for (int c; (c = ::getopt(argc, argv, (std::string{"b:p:c:n:r:"} + server_modes::letters).c_str())) != -1;) {
+    bool blocking = false; // -d
+    for (int c; (c = ::getopt(argc, argv, (std::string{"b:p:c:n:r:d:"} + server_modes::letters).c_str())) != -1;) {
         if (server_modes::take(c, optarg, modes)) continue;
         switch (c) {
         case 'b':
@@ -393,9 +483,18 @@ int main(int argc, char** argv) try {
         case 'r':
             cycles = static_cast<std::uint32_t>(std::stoul(optarg));
             break;
+        case 'd':
+            if (std::string{optarg} != "engine" && std::string{optarg} != "blocking") {
+                std::cerr << "cm_shared_server: -d is engine or blocking\n";
+                return 2;
+            }
+            blocking = std::string{optarg} == "blocking";
+            break;
         default:
-            std::cerr << "usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles]\n"
-                         "       cm_shared_server -m server -b address -p port -w clients [-n messages] [-t s]\n"
+            std::cerr << "usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles] "
+                         "[-d driver]\n"
+                         "       cm_shared_server -m server -b address -p port -w clients [-n messages] [-t s] "
+                         "[-d driver]\n"
                          "       cm_shared_server -m client -b address -p port -c clients [-i first] [-n messages]\n";
             return 2;
         }
@@ -411,14 +510,14 @@ int main(int argc, char** argv) try {
             std::cerr << "cm_shared_server: -m server needs -p port and -w clients\n";
             return 2;
         }
-        return serve(cm::address::resolve(bind, port), modes.expected, n_messages, modes.limit);
+        return serve(cm::address::resolve(bind, port), modes.expected, n_messages, modes.limit, blocking);
     }
     if (mode == "client") return clients_only(cm::address::resolve(bind, port), n_clients, modes.first_id, n_messages);
     if (!mode.empty()) {
         std::cerr << "cm_shared_server: -m is server or client\n";
         return 2;
     }
-    server srv{cm::address::resolve(bind, port), n_clients};
+    server srv{cm::address::resolve(bind, port), n_clients, blocking};
     auto const where = cm::address::resolve(bind, srv.port());
     std::atomic<bool> stop{false};
     std::exception_ptr failure;

@@ -202,8 +202,8 @@ TEST_SUITE("cm server") {
 
         // Multicast: a receiving and a sending group member, both on the shared PD and CQ.
         auto const group = cm::address::resolve("239.1.2.4", 0);
-        cm::multicast_group<rx::event_driven> receiver{device_address(), group, shared};
-        cm::multicast_group<rx::event_driven> sender{device_address(), group, shared};
+        cm::multicast_group<rx::event_driven> receiver{device_address(), group, {}, cm::shared_qp<rx::ud>(shared)};
+        cm::multicast_group<rx::event_driven> sender{device_address(), group, {}, cm::shared_qp<rx::ud>(shared)};
         CHECK(&receiver.pd() == &pd);
         CHECK(receiver.cq_channel() == &channel);
         receiver.qp().post_recv(rx::recv{slot(2)}.id(20));

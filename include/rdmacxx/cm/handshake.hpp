@@ -32,47 +32,6 @@ struct no_preparation {
     void operator()(Connection&) const noexcept {}
 };
 
-/// Where a connection's QP comes from, the one parameter that tells the three cases apart:
-///
-/// - `own_qp<Transport, Completion>()` (the default, `{}`): the connection makes its own PD, CQ
-///   (`connection_options::cq_entries` entries) and completion channel on the device the CM
-///   resolves, then the QP; it owns them all (a self-contained connection).
-/// - `shared_qp<Transport>(resources)`: the QP is made in `resources.pd` on its CQs (and SRQ),
-///   which the connection borrows (they must outlive it, on the device the CM resolves): a
-///   server's one PD, CQ, SRQ and channel for every connection.
-/// - `user_qp(qp)`: a queue pair you created (RC or UC, any post policy, `checked` or not, in
-///   RESET, in a PD on the device the CM resolves), which the connection borrows (followed: a QP
-///   destroyed before the handshake takes it is refused with `orphaned_error`). The CM's
-///   attributes move it through INIT, RTR and RTS under the settings; whatever fails, it is left
-///   in ERR (what was posted completes flushed; `reset()` it to connect again).
-///
-/// A value type, cheap to copy (an aggregate of handles). Thread-safety: as a value.
-template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post>
-struct qp_source {
-    std::optional<resources<Completion>> shared{};                         ///< borrowed PD, CQs, SRQ, channel
-    rdmacxx::detail::link<queue_pair<Transport, Completion, Post>> user{}; ///< the user's QP
-};
-
-/// The connection's own PD, CQ, channel and QP (the default source: `{}` says the same).
-template <transport Transport, completion_strategy Completion>
-[[nodiscard]] qp_source<Transport, Completion> own_qp() noexcept {
-    return {};
-}
-
-/// The QP made on `r` (PD, CQs, SRQ, channel: the aggregate is copied, the objects it names are
-/// borrowed and must outlive the connection).
-template <transport Transport, completion_strategy Completion>
-[[nodiscard]] qp_source<Transport, Completion> shared_qp(resources<Completion> const& r) {
-    return {.shared = r};
-}
-
-/// The queue pair `qp` you created (RC or UC), borrowed by the connection.
-template <transport Transport, completion_strategy Completion, post_policy Post>
-    requires(Transport::connected)
-[[nodiscard]] qp_source<Transport, Completion, Post> user_qp(queue_pair<Transport, Completion, Post>& qp) {
-    return {.user = qp.anchor_cell()};
-}
-
 namespace detail {
 
 /// Hands the QP source to `c` (its id resolved or accepted): makes or borrows the resources and

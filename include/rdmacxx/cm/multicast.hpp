@@ -18,34 +18,29 @@ namespace cm {
 
 /// A multicast group joined through the CM, with a UD queue pair attached to it: what `mckey`
 /// does. Owns its event channel, id, QP and the group's address handle, and either owns a PD and
-/// CQ or borrows them (`cm::resources`); leaves the group on destruction. Send with `qp().post(send{…}.to(ah(), qpn(),
+/// CQ or borrows them (`cm::shared_qp<ud>(resources)`); leaves the group on destruction. Send with `qp().post(send{…}.to(ah(), qpn(),
 /// qkey()))`; receive (with the 40-byte GRH in front) on the same QP. Thread-safety: one thread at a time.
 /// @see rdma_join_multicast(3), rdma_leave_multicast(3), mckey(1)
 template <completion_strategy Completion>
 class multicast_group final {
 public:
     /// Resolves `group` from `local` (the address of the RDMA device to use) within the
-    /// options' resolve-address deadline, makes the PD, CQ and UD QP, joins and waits up to
-    /// `opt.deadlines.event` for `multicast_join`.
+    /// options' resolve-address deadline, takes the UD QP from `source` — its own PD and CQ
+    /// (`{}`, `opt.cq_entries` entries), or `cm::shared_qp<ud>(r)`: made in `r.pd` on `r.send_cq`
+    /// and `r.recv_cq` (and `r.srq`), which the group only borrows (they must be on the device of
+    /// `local` and outlive the group; they may move meanwhile: the group follows them through
+    /// their cells, see docs/ownership.md) — joins and waits up to `opt.deadlines.event` for
+    /// `multicast_join`. The same settings and QP source as `cm::connect`.
     /// @throws address_error, route_not_found_error when resolving fails; multicast_error when the
-    ///         join fails; timeout_error naming the step; sys_error when a call fails.
+    ///         join fails; timeout_error naming the step; argument_error when a borrowed PD or CQ
+    ///         is on another device; sys_error when a call fails.
     ///         Exception-safe: whatever throws after the join, the group is left (which detaches
     ///         the QP) and the QP, CQ and PD are released in reverse order before the exception
     ///         leaves.
-    multicast_group(address const& local, address const& group, connection_options const& opt = {})
+    multicast_group(address const& local, address const& group, connection_options const& opt = {},
+                    qp_source<ud, Completion> const& source = {})
         : group_(group), id_(channel_, port_space::udp) {
-        setup(local, opt, nullptr);
-    }
-
-    /// As the constructor above, the UD QP made in `r.pd` on `r.send_cq` and `r.recv_cq` (and
-    /// `r.srq`), which the group only borrows: they must be on the device of `local` and outlive
-    /// the group (the device refuses to free them while its QP exists); they may move meanwhile
-    /// (the group follows them through their cells; see docs/ownership.md).
-    /// @throws as the constructor above; argument_error when the PD or a CQ is on another device.
-    multicast_group(address const& local, address const& group, resources<Completion> const& r,
-                    connection_options const& opt = {})
-        : group_(group), id_(channel_, port_space::udp) {
-        setup(local, opt, &r);
+        setup(local, opt, source.shared ? &*source.shared : nullptr);
     }
 
     multicast_group(multicast_group const&) = delete;
