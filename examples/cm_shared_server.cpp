@@ -14,7 +14,8 @@
 // (`listener.get_request`, then `request.accept` on the same shared resources) and, as every
 // blocking connection has, a monitor thread per connection on its own CM channel; the epoll loop
 // keeps the completions, and reaps the connections whose peer went. For comparison: threads and
-// descriptors then grow with the clients, and return to their count once they have gone.
+// descriptors then grow with the clients (two descriptors per connection: it raises its limit of
+// open files to the hard limit), and return to their count once they have gone.
 //
 // Usage: cm_shared_server -b address [-p port] [-c clients] [-n messages] [-r cycles] [-d driver]
 //        cm_shared_server -m server -b address -p port -w clients [-n messages] [-t seconds] [-d driver]
@@ -40,6 +41,7 @@
 
 #include <getopt.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -504,6 +506,14 @@ int main(int argc, char** argv) try {
         return 2;
     }
     if (modes.ack_timeout.count() > 0) options.settings.local_ack_timeout = modes.ack_timeout;
+    if (blocking) { // two descriptors per connection (its CM channel, its monitor's eventfd): the soft
+                    // limit of 1,024 ends near 500 connections; take the hard limit
+        rlimit files{};
+        if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+            files.rlim_cur = files.rlim_max;
+            (void)::setrlimit(RLIMIT_NOFILE, &files);
+        }
+    }
     std::string const& mode = modes.mode;
     if (mode == "server") {
         if (modes.expected == 0 || port == 0) {

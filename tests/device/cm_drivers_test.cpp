@@ -19,6 +19,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -673,7 +675,9 @@ TEST_CASE_TEMPLATE("cm drivers: churn: 8 client processes, one killed with SIGKI
                    "the survivors keep being served, and connections, QPs, threads and descriptors return to their "
                    "baseline, through every driver",
                    Server, engine_churn, asio_churn, blocking_churn) {
-    constexpr int clients = 8, cycles = 30;
+    // 8 clients and 30 cycles in tools/check; RDMACXX_CHURN="CLIENTS CYCLES" for a longer run.
+    int clients = 8, cycles = 30;
+    if (char const* size = std::getenv("RDMACXX_CHURN")) std::istringstream{size} >> clients >> cycles;
     std::string const program = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "device_tests";
     { Server warm_up; } // librdmacm opens (and keeps) its device files on first use
     std::size_t const threads0 = test::proc_entries("/proc/self/task");
@@ -681,8 +685,9 @@ TEST_CASE_TEMPLATE("cm drivers: churn: 8 client processes, one killed with SIGKI
     std::size_t const rc_qps0 = test::rdma_qps_of_this_process("RC");
     std::optional<Server> srv{std::in_place};
     std::size_t const threads_serving = test::proc_entries("/proc/self/task"); // + the accept thread (blocking)
-    std::vector<std::unique_ptr<test::child_process>> kids(clients);
-    std::vector<int> progress(clients, 0); // "echoed" lines seen per slot, since its last spawn
+    std::vector<std::unique_ptr<test::child_process>> kids(static_cast<std::size_t>(clients));
+    std::vector<int> progress(static_cast<std::size_t>(clients),
+                              0); // "echoed" lines seen per slot, since its last spawn
     std::uint32_t next_id = 0;
     auto spawn = [&](int k) {
         kids[static_cast<std::size_t>(k)] = std::make_unique<test::child_process>(
@@ -719,7 +724,7 @@ TEST_CASE_TEMPLATE("cm drivers: churn: 8 client processes, one killed with SIGKI
         run_for(100ms);
     for (int k = 0; k < clients; ++k)
         CHECK_MESSAGE(progress[static_cast<std::size_t>(k)] > 0, "client slot " << k << " was not served");
-    MESSAGE(std::string{Server::name} << ": " << cycles << " kill cycles in "
+    MESSAGE(std::string{Server::name} << ": " << clients << " clients, " << cycles << " kill cycles in "
                                       << std::chrono::duration<double>(steady::now() - t0).count()
                                       << " s: " << srv->echoed << " messages echoed, " << srv->ended
                                       << " connections ended by their peer's death, " << srv->accept_failures.load()
