@@ -19,7 +19,9 @@
 //             compare-and-swap that swaps and one that does not, fetch-and-add, across the wire.
 //
 // Environment: RDMACXX_ADDR (this node's address, set by softroce), RDMACXX_FAULT_PEER (the
-// client's: the server's address), RDMACXX_SSH (the client's: softroce's ssh wrapper).
+// client's: the server's address), RDMACXX_SSH (the client's: softroce's ssh wrapper),
+// RDMACXX_CM_DRIVER (the client's: blocking, the default, or engine — the CM driver it connects
+// through; tools/nodes-wire runs the link fault through both).
 #include "rdmacxx/cm/connection.hpp"
 #include "rdmacxx/rdmacxx.hpp"
 
@@ -103,14 +105,37 @@ cm::connection_options options(std::uint8_t retry_count, rx::ack_timeout timeout
     return opt;
 }
 
-// cm::connect to the server on node 2, which may not listen yet (it starts over ssh): tries
-// again while it is rejected or unreachable, for `limit` at most.
+// One connect through the driver RDMACXX_CM_DRIVER names: blocking (the default) or engine (a
+// cm::engine of the test's, driven here until the handshake ends; nobody drives it afterwards:
+// what the connection then meets, it meets on its QP). Throws the handshake's error.
+conn_t connect_once(cm::address const& peer, cm::connection_options const& opt) {
+    char const* driver = std::getenv("RDMACXX_CM_DRIVER");
+    if (driver == nullptr || std::string{driver} == "blocking") return cm::connect<rx::rc, rx::event_driven>(peer, opt);
+    REQUIRE(std::string{driver} == "engine");
+    static cm::engine eng; // outlives the connections made on it
+    std::exception_ptr error;
+    std::optional<conn_t> made;
+    bool done = false;
+    cm::connect<rx::rc, rx::event_driven>(eng, peer, opt, {}, [&](std::exception_ptr e, std::optional<conn_t> c) {
+        error = std::move(e);
+        made = std::move(c);
+        done = true;
+    });
+    for (auto const end = steady::now() + 120s; !done && steady::now() < end;) // the deadlines end it first
+        (void)eng.wait(100ms);
+    REQUIRE(done);
+    if (error) std::rethrow_exception(error);
+    return std::move(*made);
+}
+
+// A connect to the server on node 2, which may not listen yet (it starts over ssh): tries again
+// while it is rejected or unreachable, for `limit` at most.
 conn_t connect_retrying(std::uint16_t port, cm::connection_options const& opt, std::chrono::seconds limit = 90s) {
     auto const deadline = steady::now() + limit;
     auto const peer = cm::address::resolve(env("RDMACXX_FAULT_PEER"), port);
     for (;;) {
         try {
-            return cm::connect<rx::rc, rx::event_driven>(peer, opt);
+            return connect_once(peer, opt);
         } catch (cm::cm_error const& e) {
             if (steady::now() > deadline) throw;
             std::this_thread::sleep_for(500ms);
@@ -362,6 +387,9 @@ TEST_SUITE("multinode") {
 
     TEST_CASE("link client") {
         auto const bound = detection_bound(fault_timeout, fault_retries);
+        char const* driver = std::getenv("RDMACXX_CM_DRIVER");
+        MESSAGE("link: the client connects through the " << std::string{driver != nullptr ? driver : "blocking"}
+                                                         << " driver");
         {
             std::optional<conn_t> conn{connect_retrying(link_port, options(fault_retries, fault_timeout))};
             expect_retry_exceeded(*conn, bound, "link");
