@@ -18,8 +18,9 @@ namespace cm {
 
 /// A multicast group joined through the CM, with a UD queue pair attached to it: what `mckey`
 /// does. Owns its event channel, id, QP and the group's address handle, and either owns a PD and
-/// CQ or borrows them (`cm::shared_qp<ud>(resources)`); leaves the group on destruction. Send with `qp().post(send{…}.to(ah(), qpn(),
-/// qkey()))`; receive (with the 40-byte GRH in front) on the same QP. Thread-safety: one thread at a time.
+/// CQ or borrows them (`cm::shared_qp<ud>(resources)`); leaves the group on destruction. Send with
+/// `qp().post(send{…}.to(ah(), qpn(), qkey()))`; receive (with the 40-byte GRH in front) on the same QP. Thread-safety:
+/// one thread at a time.
 /// @see rdma_join_multicast(3), rdma_leave_multicast(3), mckey(1)
 template <completion_strategy Completion>
 class multicast_group final {
