@@ -53,6 +53,15 @@ struct result {
     std::optional<conn> c;
     std::atomic<bool> done{false};
 
+    // The `done` of a handshake on an engine (or an Asio completion handler) that fills it.
+    auto handler() {
+        return [this](std::exception_ptr e, std::optional<conn> made) {
+            error = std::move(e);
+            c = std::move(made);
+            done = true;
+        };
+    }
+
     // Ready for the next handshake.
     void reset() {
         error = nullptr;
@@ -62,6 +71,13 @@ struct result {
 };
 
 double ms_since(steady::time_point t0) { return std::chrono::duration<double, std::milli>(steady::now() - t0).count(); }
+
+// `ba` as a before_accept (nothing when empty).
+auto prepared(before_accept_fn ba) {
+    return [ba = std::move(ba)](conn& c) {
+        if (ba) ba(c);
+    };
+}
 
 // Blocking calls, each on a thread of its own so that both sides run from one test.
 struct blocking_driver {
@@ -144,25 +160,12 @@ struct engine_driver {
     void accept_one(cm::connection_options opt, before_accept_fn ba) {
         accepted.reset();
         on_request = [this, opt, ba](cm::connect_request r) {
-            cm::accept<rx::rc, rx::busy_poll>(
-                eng, std::move(r), opt, {},
-                [ba](conn& c) {
-                    if (ba) ba(c);
-                },
-                [this](std::exception_ptr e, std::optional<conn> c) {
-                    accepted.error = e;
-                    accepted.c = std::move(c);
-                    accepted.done = true;
-                });
+            cm::accept<rx::rc, rx::busy_poll>(eng, std::move(r), opt, {}, prepared(ba), accepted.handler());
         };
     }
     void connect(cm::address to, cm::connection_options opt) {
         connected.reset();
-        cm::connect<rx::rc, rx::busy_poll>(eng, to, opt, {}, [this](std::exception_ptr e, std::optional<conn> c) {
-            connected.error = e;
-            connected.c = std::move(c);
-            connected.done = true;
-        });
+        cm::connect<rx::rc, rx::busy_poll>(eng, to, opt, {}, connected.handler());
     }
     template <class Pred>
     bool progress_until(Pred done, std::chrono::milliseconds bound) {
@@ -197,25 +200,11 @@ struct asio_driver {
     }
     void accept_one(cm::connection_options opt, before_accept_fn ba) {
         accepted.reset();
-        rxa::async_accept<rx::busy_poll>(
-            *acceptor, opt, {},
-            [ba](conn& c) {
-                if (ba) ba(c);
-            },
-            [this](std::exception_ptr e, std::optional<conn> c) {
-                accepted.error = e;
-                accepted.c = std::move(c);
-                accepted.done = true;
-            });
+        rxa::async_accept<rx::busy_poll>(*acceptor, opt, {}, prepared(ba), accepted.handler());
     }
     void connect(cm::address to, cm::connection_options opt) {
         connected.reset();
-        rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, opt, {},
-                                                  [this](std::exception_ptr e, std::optional<conn> c) {
-                                                      connected.error = e;
-                                                      connected.c = std::move(c);
-                                                      connected.done = true;
-                                                  });
+        rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, opt, {}, connected.handler());
     }
     template <class Pred>
     bool progress_until(Pred done, std::chrono::milliseconds bound) {
