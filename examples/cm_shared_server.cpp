@@ -5,10 +5,11 @@
 // the CM engine's event channel (connect requests, established, disconnected: `engine.process()`
 // advances every handshake and notices every dead peer, no thread per connection) and the
 // completion channel. Each connection is accepted on `cm::resources` without blocking
-// (`cm::accept(engine, request, resources, …)`) and only borrows them; each message that lands
-// in the SRQ is checked and answered from the same registration; a receive is posted again once
-// its answer's send completed. Clients (in this process, each a self-contained CM connection)
-// keep a window of messages in flight and check every answer byte for byte.
+// (`cm::accept(engine, request, opt, cm::shared_qp<rx::rc>(resources), …)`) and only borrows
+// them; each message that lands in the SRQ is checked and answered from the same registration; a
+// receive is posted again once its answer's send completed. Clients (in this process, each a
+// self-contained CM connection) keep a window of messages in flight and check every answer byte
+// for byte.
 //
 // With -d blocking the same server accepts with the blocking driver instead: one accept thread
 // (`listener.get_request`, then `request.accept` on the same shared resources) and, as every
@@ -190,19 +191,18 @@ private:
             });
     }
 
-    // The QP of a connection being accepted, known before the accept is sent (the blocking
-    // driver's accept thread calls it: hence the lock).
+    // The QP of a connection being accepted, known before the accept is sent (a client may send
+    // the moment it is connected, before the connection comes back).
     void note(connection& c) {
-        std::lock_guard lock{qps_mutex_};
         qps_[c.qp().qp_num()] = &c.qp(); // the QP stays where it is when the connection moves
     }
-    void forget(std::uint32_t qpn) {
-        std::lock_guard lock{qps_mutex_};
-        qps_.erase(qpn);
-    }
+    void forget(std::uint32_t qpn) { qps_.erase(qpn); }
 
     // -d blocking, on the accept thread: the next request (at most 100 ms, to see `stop`),
-    // accepted with the blocking call; the connection handed to the loop's thread.
+    // accepted with the blocking call; the connection, or the failure, handed to the loop's
+    // thread. No QP crosses threads before the accept returned: messages that land meanwhile
+    // wait in `pending_` (keyed by QPN, noted in before_accept) until the loop owns the
+    // connection, or post their receive again when the accept failed.
     void accept_blocking(std::stop_token const& stop) {
         while (!stop.stop_requested()) {
             std::optional<cm::connect_request> req;
@@ -210,7 +210,7 @@ private:
                 req.emplace(listener_.get_request(100ms));
             } catch (cm::timeout_error const&) {
                 continue;
-            } catch (rx::error const&) {
+            } catch (std::exception const&) {
                 report(std::current_exception());
                 continue;
             }
@@ -218,37 +218,55 @@ private:
             try {
                 auto c = req->accept(options, cm::shared_qp<rx::rc>(shared()), [this, &qpn](connection& n) {
                     qpn = n.qp().qp_num();
-                    note(n);
+                    std::lock_guard lock{inbox_mutex_};
+                    (void)pending_[qpn];
                 });
                 std::lock_guard lock{inbox_mutex_};
                 inbox_.emplace_back(qpn, std::move(c));
-            } catch (rx::error const&) { // that client's failure only
-                forget(qpn);
+            } catch (std::exception const&) { // that client's failure only (std::system_error: no thread)
                 report(std::current_exception());
+                std::lock_guard lock{inbox_mutex_};
+                if (qpn != 0) failed_.push_back(qpn);
             }
         }
     }
-    // -d blocking, on the loop's thread: the connections accepted meanwhile are kept; those whose
-    // peer went (their monitor thread moved the QP to ERR) are destroyed.
+    // -d blocking, on the loop's thread: the connections accepted meanwhile are kept (and the
+    // messages that waited for them answered); those whose peer went (their monitor thread moved
+    // the QP to ERR) are destroyed, after the completions already in the CQ were taken.
     void take_blocking() {
+        std::vector<std::pair<std::uint32_t, std::uint32_t>> waited; // (QPN, slot)
         {
             std::lock_guard lock{inbox_mutex_};
             for (auto& [qpn, c] : inbox_) {
                 if (first_request_ == std::chrono::steady_clock::time_point{})
                     first_request_ = std::chrono::steady_clock::now();
-                by_qpn_[qpn] = std::make_unique<connection>(std::move(c));
+                auto& owned = by_qpn_[qpn] = std::make_unique<connection>(std::move(c));
+                note(*owned);
+                for (std::uint32_t i : pending_[qpn])
+                    waited.emplace_back(qpn, i);
+                pending_.erase(qpn);
                 ++accepted_;
                 last_established_ = std::chrono::steady_clock::now();
             }
             inbox_.clear();
-        }
-        for (auto it = by_qpn_.begin(); it != by_qpn_.end();) {
-            if (it->second->state() == cm::connection_state::established) {
-                ++it;
-                continue;
+            for (std::uint32_t qpn : failed_) {
+                for (std::uint32_t i : pending_[qpn])
+                    srq_.post_recv(rx::recv{slot(i)}.id(i));
+                pending_.erase(qpn);
             }
-            forget(it->first);
-            it = by_qpn_.erase(it);
+            failed_.clear();
+        }
+        for (auto [qpn, i] : waited)
+            answer(*qps_.at(qpn), i);
+        std::vector<std::uint32_t> dead;
+        for (auto const& [qpn, c] : by_qpn_)
+            if (c->state() != cm::connection_state::established) dead.push_back(qpn);
+        if (!dead.empty()) {
+            completions(); // what those connections received before they ended
+            for (std::uint32_t qpn : dead) {
+                forget(qpn);
+                by_qpn_.erase(qpn);
+            }
         }
         open_ = by_qpn_.size();
     }
@@ -260,7 +278,7 @@ private:
     static void report(std::exception_ptr const& error) {
         try {
             std::rethrow_exception(error);
-        } catch (rx::error const& e) {
+        } catch (std::exception const& e) {
             std::fprintf(stderr, "cm_shared_server: a client's accept failed: %s\n", e.what());
         }
     }
@@ -284,15 +302,31 @@ private:
                 std::memcpy(&client, msg.data(), 4);
                 std::memcpy(&seq, msg.data() + 4, 4);
                 if (!is_message(msg, client, seq, false)) throw std::runtime_error("a message arrived corrupt");
-                std::lock_guard lock{qps_mutex_};
-                auto it = qps_.find(wc.qp_num());
-                if (it == qps_.end()) throw std::runtime_error("a message from an unknown QP");
-                make_message(std::span{memory_}.subspan((std::size_t{slots_} + i) * msg_bytes, msg_bytes), client, seq,
-                             true);
-                it->second->post(rx::send{slot(slots_ + i)}.id(slots_ + i));
-                ++answered_;
+                if (auto it = qps_.find(wc.qp_num()); it != qps_.end()) {
+                    answer(*it->second, i);
+                    continue;
+                }
+                if (accepter_.joinable()) { // -d blocking: a connection the loop does not own yet
+                    std::lock_guard lock{inbox_mutex_};
+                    if (auto p = pending_.find(wc.qp_num()); p != pending_.end()) {
+                        p->second.push_back(i);
+                        continue;
+                    }
+                }
+                throw std::runtime_error("a message from an unknown QP");
             }
         }
+    }
+
+    // Answers the message in slot `i` on `qp`, from the slot's twin.
+    void answer(rx::queue_pair<rx::rc, rx::event_driven>& qp, std::uint32_t i) {
+        auto const msg = std::span<std::byte const>{memory_}.subspan(std::size_t{i} * msg_bytes, msg_bytes);
+        std::uint32_t client = 0, seq = 0;
+        std::memcpy(&client, msg.data(), 4);
+        std::memcpy(&seq, msg.data() + 4, 4);
+        make_message(std::span{memory_}.subspan((std::size_t{slots_} + i) * msg_bytes, msg_bytes), client, seq, true);
+        qp.post(rx::send{slot(slots_ + i)}.id(slots_ + i));
+        ++answered_;
     }
 
     std::uint32_t slots_;
@@ -305,14 +339,15 @@ private:
     std::vector<std::byte> memory_;
     rx::memory_region mr_;
     std::map<std::uint32_t, std::unique_ptr<connection>> by_qpn_;
-    std::mutex qps_mutex_;
-    std::map<std::uint32_t, rx::queue_pair<rx::rc, rx::event_driven>*> qps_; // from before each accept
+    std::map<std::uint32_t, rx::queue_pair<rx::rc, rx::event_driven>*> qps_; // the loop's thread only
     std::atomic<std::size_t> open_{0};
     std::atomic<std::size_t> accepted_{0};
     std::atomic<std::uint64_t> answered_{0};
     std::chrono::steady_clock::time_point first_request_{}, last_established_{};
-    std::mutex inbox_mutex_; // -d blocking: the accept thread's connections, for the loop's thread
+    std::mutex inbox_mutex_; // -d blocking: what the accept thread hands to the loop's thread
     std::vector<std::pair<std::uint32_t, connection>> inbox_;
+    std::vector<std::uint32_t> failed_;                           // QPNs whose accept failed
+    std::map<std::uint32_t, std::vector<std::uint32_t>> pending_; // slots waiting for their QPN
     std::jthread accepter_; // -d blocking; stopped (and joined) before anything else goes
 };
 

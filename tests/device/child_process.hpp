@@ -87,10 +87,16 @@ public:
         }
     }
 
-    void kill() { REQUIRE(::kill(pid_, SIGKILL) == 0); }
+    // SIGKILL to the child (still there: not reaped by `wait`).
+    void kill() {
+        REQUIRE(pid_ > 0); // kill(-1, …) would signal every process of the user
+        REQUIRE(::kill(pid_, SIGKILL) == 0);
+    }
 
-    // The exit status (as waitpid reports it) within `limit`; nullopt when the child still runs.
+    // The exit status (as waitpid reports it) within `limit`; nullopt when the child still runs,
+    // or was reaped already.
     std::optional<int> wait(std::chrono::milliseconds limit) {
+        if (pid_ <= 0) return std::nullopt; // waitpid(-1, …) would reap another child
         auto const deadline = std::chrono::steady_clock::now() + limit;
         for (;;) {
             int status = 0;

@@ -434,8 +434,9 @@ namespace drivers_test {
 // The echo of a churn server, whatever its driver: one PD, one busy-poll CQ and one SRQ of
 // 64-byte slots for every connection; each message goes back from its slot to the QP it came
 // from, and the slot's receive is posted again once that send completed (or was flushed).
-// Connections whose peer went (state no longer established) are destroyed by `reap`. The QP map
-// has a lock: the blocking driver's `before_accept` runs on its accept thread.
+// Connections whose peer went (state no longer established) are destroyed by `echo_and_reap`.
+// The messages of connections not adopted yet wait under a lock (the blocking driver's
+// `before_accept` runs on its accept thread); no QP is used before its accept returned.
 class echo_core {
 public:
     static constexpr std::uint32_t slots = 256;
@@ -446,20 +447,34 @@ public:
 
     [[nodiscard]] std::size_t open() const noexcept { return conns_.size(); }
 
-    // What an accept's before_accept does: the QP noted before the client may send.
+    // What an accept's before_accept does (on the blocking driver's accept thread): the QPN
+    // noted before the client may send; its messages wait until the connection is adopted.
     void note(connection& c) {
         std::lock_guard lock{mutex_};
-        qps_[c.qp().qp_num()] = &c.qp();
+        (void)pending_[c.qp().qp_num()];
     }
-    // An accepted connection, owned from now on (or the failure of a client killed mid-handshake).
+    // On the pump's thread: an accepted connection, owned from now on, the messages that waited
+    // for it echoed; or the failure of a client killed mid-handshake, its waiting receives
+    // posted again. No QP is used before its accept returned.
     void adopt(std::exception_ptr error, std::optional<connection> c, std::uint32_t qpn) {
-        if (error) {
+        std::vector<std::pair<std::uint32_t, std::uint32_t>> waited;
+        {
             std::lock_guard lock{mutex_};
-            qps_.erase(qpn);
+            if (auto p = pending_.find(qpn); p != pending_.end()) {
+                waited = std::move(p->second);
+                pending_.erase(p);
+            }
+        }
+        if (error) {
             ++accept_failures;
+            for (auto [i, len] : waited)
+                srq_->post_recv(rx::recv{slot(i)}.id(i));
             return;
         }
-        conns_[qpn] = std::make_unique<connection>(std::move(*c));
+        auto& owned = conns_[qpn] = std::make_unique<connection>(std::move(*c));
+        qps_[qpn] = &owned->qp();
+        for (auto [i, len] : waited)
+            echo(owned->qp(), i, len);
     }
 
     // Every completion of the CQ, then the connections that ended.
@@ -473,15 +488,17 @@ public:
                     if (wc.wr_id() >= slots || wc.is_recv()) srq_->post_recv(rx::recv{slot(i)}.id(i));
                     continue;
                 }
-                std::unique_lock lock{mutex_};
-                auto it = qps_.find(wc.qp_num());
-                if (it == qps_.end()) { // its connection is gone already
-                    lock.unlock();
-                    srq_->post_recv(rx::recv{slot(i)}.id(i));
+                if (auto it = qps_.find(wc.qp_num()); it != qps_.end()) {
+                    echo(*it->second, i, wc.byte_len());
                     continue;
                 }
-                it->second->post(rx::send{slot(i).first(wc.byte_len())}.id(slots + i));
-                ++echoed;
+                std::unique_lock lock{mutex_};
+                if (auto p = pending_.find(wc.qp_num()); p != pending_.end()) { // not adopted yet
+                    p->second.emplace_back(i, wc.byte_len());
+                    continue;
+                }
+                lock.unlock();
+                srq_->post_recv(rx::recv{slot(i)}.id(i)); // its connection is gone already
             }
         }
         for (auto it = conns_.begin(); it != conns_.end();) {
@@ -489,10 +506,7 @@ public:
                 ++it;
                 continue;
             }
-            {
-                std::lock_guard lock{mutex_};
-                qps_.erase(it->first);
-            }
+            qps_.erase(it->first);
             it = conns_.erase(it);
             ++ended;
         }
@@ -517,14 +531,20 @@ protected:
 
 private:
     rx::local_span<std::byte> slot(std::uint32_t i) { return mr_->span().subspan(std::size_t{i} * 64, 64); }
+    // The message in slot `i` (`len` bytes) sent back on `qp`.
+    void echo(rx::queue_pair<rx::rc, rx::busy_poll>& qp, std::uint32_t i, std::uint32_t len) {
+        qp.post(rx::send{slot(i).first(len)}.id(slots + i));
+        ++echoed;
+    }
 
     std::optional<rx::protection_domain> pd_;
     std::optional<rx::completion_queue<rx::busy_poll>> cq_;
     std::optional<rx::shared_receive_queue> srq_;
     std::vector<std::byte> memory_;
     std::optional<rx::memory_region> mr_;
-    std::mutex mutex_;
-    std::map<std::uint32_t, connection::qp_type*> qps_;
+    std::mutex mutex_;                                                                      // for pending_
+    std::map<std::uint32_t, std::vector<std::pair<std::uint32_t, std::uint32_t>>> pending_; // QPN: (slot, bytes)
+    std::map<std::uint32_t, connection::qp_type*> qps_;                                     // the pump's thread only
     std::map<std::uint32_t, std::unique_ptr<connection>> conns_;
 };
 
@@ -624,7 +644,7 @@ public:
                         std::lock_guard lock{inbox_mutex_};
                         failed_.push_back(qpn);
                     }
-                } catch (rx::error const&) { // a client killed mid-handshake: its failure only
+                } catch (std::exception const&) { // a client killed mid-handshake: its failure only
                     std::lock_guard lock{inbox_mutex_};
                     failed_.push_back(qpn);
                 }
@@ -735,4 +755,49 @@ TEST_CASE_TEMPLATE("cm drivers: churn: 8 client processes, one killed with SIGKI
     srv.reset();
     CHECK(test::proc_entries("/proc/self/task") == threads0);
     CHECK(test::proc_entries("/proc/self/fd") == fds0);
+}
+
+TEST_CASE("cm: a QP source the handshake cannot use is refused with argument_error before anything is sent; the "
+          "request can still be rejected") {
+    using checked_conn = cm::connection<rx::rc, rx::busy_poll, rx::extended_post>;
+    cm::listener<rx::rc> listener{test::device_address(0)};
+    auto const to = test::device_address(listener.port());
+    // extended_post QPs come from the user only: the CM makes legacy_post QPs.
+    CHECK_THROWS_AS(((void)cm::connect<rx::rc, rx::busy_poll, rx::extended_post>(to)), rx::argument_error);
+    cm::engine eng;
+    bool called = false;
+    CHECK_THROWS_AS((cm::connect<rx::rc, rx::busy_poll, rx::extended_post>(
+                        eng, to, {}, {}, [&](std::exception_ptr, std::optional<checked_conn>) { called = true; })),
+                    rx::argument_error);
+    CHECK(eng.pending() == 0);
+    // Shared resources and a QP of the user's at once.
+    rx::protection_domain pd{listener.cm_id().context()};
+    rx::completion_queue<rx::busy_poll> cq{listener.cm_id().context(), 16};
+    rx::queue_pair<rx::rc, rx::busy_poll> qp{pd, cq, cq};
+    cm::qp_source<rx::rc, rx::busy_poll> both = cm::user_qp(qp);
+    both.shared.emplace(cm::resources<rx::busy_poll>{.pd = pd, .send_cq = cq, .recv_cq = cq});
+    CHECK_THROWS_AS((void)cm::connect(to, {}, both), rx::argument_error);
+    CHECK(qp.state() == IBV_QPS_RESET); // untouched
+    // The passive side: refused before the id is the handshake's; the request rejects as usual.
+    std::exception_ptr client_error;
+    std::jthread client{[&] {
+        try {
+            (void)cm::connect<rx::rc, rx::busy_poll>(to);
+        } catch (...) {
+            client_error = std::current_exception();
+        }
+    }};
+    auto req = listener.get_request(20s);
+    CHECK_THROWS_AS(((void)req.accept<rx::rc, rx::busy_poll, rx::extended_post>()), rx::argument_error);
+    std::vector<std::byte> const why{std::byte{7}};
+    req.reject(why);
+    CHECK_THROWS_AS(req.reject(why), rx::argument_error); // its id is gone now
+    client.join();
+    REQUIRE(client_error);
+    try {
+        std::rethrow_exception(client_error);
+    } catch (cm::rejected_error const& e) {
+        CHECK(e.by_consumer());
+    }
+    CHECK_FALSE(called);
 }

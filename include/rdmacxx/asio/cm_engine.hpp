@@ -4,7 +4,7 @@
 /// an executor makes and accepts, advanced by the reactor (a wait on the channel's descriptor and
 /// a timer for the next deadline), with no thread per connection; and the operations on it:
 /// `async_connect(engine, …)`, `async_accept(acceptor, …)`. Any completion token; the
-/// completion signature is `void(std::exception_ptr, std::optional<cm::connection<T, C>>)`.
+/// completion signature is `void(std::exception_ptr, std::optional<cm::connection<T, C, Post>>)`.
 
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/cm/listener.hpp"
@@ -162,6 +162,7 @@ struct post_outcome {
     // return meanwhile, even when it is another context than the engine's); released then.
     std::optional<executor_type> work;
     void operator()(std::exception_ptr error, std::optional<Connection> c) {
+        if (!work) return; // completed already
         executor_type ex = std::move(*work);
         work.reset();
         ::asio::post(ex, [h = std::move(handler), error = std::move(error), c = std::move(c)]() mutable {

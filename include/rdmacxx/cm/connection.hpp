@@ -100,7 +100,7 @@ struct connection_options {
 /// owns its id and the queue pair made on it, and either owns or borrows the PD, the send and
 /// receive CQs, the SRQ and the completion channel; keeps the peer's private data and
 /// parameters as they came. `Post` is the post policy of the queue pair (a QP the flow makes is
-/// `legacy_post`; one you made and connected with `cm::connect(dest, qp)` may be any).
+/// `legacy_post`; one you made and connected with `cm::connect(dest, opt, cm::user_qp(qp))` may be any).
 ///
 /// Three ways to make one, by `cm::connect` (active side) or `connect_request::accept`
 /// (passive side):

@@ -3,8 +3,8 @@
 /// The RDMA CM handshake, written once: one state machine (`detail::handshake`) per connection
 /// being made — resolve the address, resolve the route, take the QP from its source, connect or
 /// accept, established — advanced by the events of its id on a `cm::engine` and bounded by each
-/// step's deadline. Here too are where the QP comes from (`cm::qp_source`) and the active side's
-/// one connect, with two drivers: `cm::connect(engine&, …)` (the engine's owner drives it) and
+/// step's deadline. Here too is the active side's one connect (the QP from a `cm::qp_source`, see
+/// cm/resources.hpp), with two drivers: `cm::connect(engine&, …)` (the engine's owner drives it) and
 /// `cm::connect(…)` (blocking: the same machine on an engine of its own). The passive side's
 /// accept is in cm/listener.hpp; the Asio driver in asio/cm_engine.hpp.
 
@@ -33,6 +33,24 @@ struct no_preparation {
 };
 
 namespace detail {
+
+/// Refuses a QP source the handshake could not use, before anything is sent: one that names
+/// both shared resources and a QP of the user's, or, for a post policy other than
+/// `legacy_post` (the CM makes legacy QPs only), one without a QP of the user's.
+/// @throws argument_error.
+template <transport Transport, completion_strategy Completion, post_policy Post>
+void check_source(cm::qp_source<Transport, Completion, Post> const& src) {
+    bool const user = src.user.erased() != nullptr;
+    if (src.shared && user) [[unlikely]]
+        rdmacxx::detail::throw_argument("a QP source names both shared resources and a queue pair of yours; nothing "
+                                        "was sent");
+    if constexpr (!std::is_same_v<Post, legacy_post>) {
+        if (!user) [[unlikely]]
+            rdmacxx::detail::throw_argument("a connection of a post policy other than legacy_post takes its queue "
+                                            "pair from you (cm::user_qp): the CM makes legacy_post QPs only; nothing "
+                                            "was sent");
+    }
+}
 
 /// Hands the QP source to `c` (its id resolved or accepted): makes or borrows the resources and
 /// makes the QP on the id, or adopts the user's QP and moves it to INIT with the CM's attributes.
@@ -77,6 +95,7 @@ public:
               connection_options opt, Done done)
         : engine_(&eng), src_(std::move(src)), opt_(std::move(opt)), done_(std::move(done)),
           what_(destination.to_string()) {
+        check_source(src_);
         check_private_data(opt_.private_data, private_data_message::connect, port_space_for<Transport>);
         cm::id cm_id{eng.channel(), port_space_for<Transport>};
         if (opt_.type_of_service) cm_id.set_type_of_service(*opt_.type_of_service);
@@ -101,6 +120,7 @@ public:
               qp_source<Transport, Completion, Post> src, connection_options opt, BeforeAccept before_accept, Done done)
         : engine_(&eng), src_(std::move(src)), opt_(std::move(opt)), done_(std::move(done)),
           what_(request_id.peer_address().to_string()) {
+        check_source(src_);
         check_private_data(opt_.private_data, private_data_message::accept, port_space_for<Transport>);
         request_id.check_settings(opt_.settings, Transport::qp_type,
                                   "; nothing was sent (reject the request yourself)");

@@ -58,8 +58,10 @@ public:
     /// the accept deadline for `established`. The request is empty afterwards. Spelled
     /// `request.accept<rc, busy_poll>(opt)`, `request.accept(opt, cm::shared_qp<rc>(r), fn)`.
     /// @throws argument_error for private data over 196 bytes (TCP) or 136 (UDP), settings the
-    ///         device refuses, a PD, CQ or QP on another device, a user's QP not in RESET, before
-    ///         anything is sent (the request keeps its id: reject it yourself); timeout_error
+    ///         device refuses, or a QP source the handshake cannot use (`check_source`), before
+    ///         anything is sent (the request keeps its id: reject it yourself); argument_error
+    ///         for a PD, CQ or QP on another device or a user's QP not in RESET (found once the
+    ///         id is the handshake's: the request is dropped, the peer sees a reject); timeout_error
     ///         naming `step::accept`, connect_error when `established` does not come; sys_error
     ///         when a call fails; whatever `before_accept` throws (the request is then dropped).
     ///         A user's QP is in ERR when an error leaves.
@@ -77,8 +79,12 @@ public:
     }
 
     /// Rejects with `private_data` (at most 148 bytes on TCP, 136 on UDP) and destroys the id.
-    /// @throws argument_error for private data over the limit; sys_error when rdma_reject(3) fails.
+    /// @throws argument_error for private data over the limit, or a request already accepted,
+    ///         rejected or dropped (its id gone); sys_error when rdma_reject(3) fails.
     void reject(std::span<std::byte const> private_data = {}) {
+        if (id_.native_handle() == nullptr) [[unlikely]]
+            rdmacxx::detail::throw_argument("connect_request::reject: the request was accepted, rejected or dropped "
+                                            "already");
         id_.reject(private_data);
         id_ = cm::id{nullptr};
     }

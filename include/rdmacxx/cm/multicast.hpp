@@ -34,13 +34,15 @@ public:
     /// `multicast_join`. The same settings and QP source as `cm::connect`.
     /// @throws address_error, route_not_found_error when resolving fails; multicast_error when the
     ///         join fails; timeout_error naming the step; argument_error when a borrowed PD or CQ
-    ///         is on another device; sys_error when a call fails.
+    ///         is on another device, or `source` names a queue pair; sys_error when a call fails.
     ///         Exception-safe: whatever throws after the join, the group is left (which detaches
     ///         the QP) and the QP, CQ and PD are released in reverse order before the exception
     ///         leaves.
     multicast_group(address const& local, address const& group, connection_options const& opt = {},
                     qp_source<ud, Completion> const& source = {})
         : group_(group), id_(channel_, port_space::udp) {
+        if (source.user.erased() != nullptr) [[unlikely]] // not made by user_qp (UD): assembled by hand
+            rdmacxx::detail::throw_argument("multicast_group makes its UD QP: its source is {} or cm::shared_qp");
         setup(local, opt, source.shared ? &*source.shared : nullptr);
     }
 

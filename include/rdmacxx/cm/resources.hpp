@@ -76,7 +76,9 @@ void check_resources(resources<Completion> const& r, ibv_context* verbs, std::st
 ///   resolves, then the QP; it owns them all (a self-contained connection).
 /// - `shared_qp<Transport>(resources)`: the QP is made in `resources.pd` on its CQs (and SRQ),
 ///   which the connection borrows (they must outlive it, on the device the CM resolves): a
-///   server's one PD, CQ, SRQ and channel for every connection.
+///   server's one PD, CQ, SRQ and channel for every connection. The source holds references:
+///   the PD, CQs and SRQ must not move until the handshake has made the QP (a pending connect
+///   or accept); the connection follows them afterwards.
 /// - `user_qp(qp)`: a queue pair you created (RC or UC, any post policy, `checked` or not, in
 ///   RESET, in a PD on the device the CM resolves), which the connection borrows (followed: a QP
 ///   destroyed before the handshake takes it is refused with `orphaned_error`). The CM's
