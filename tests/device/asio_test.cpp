@@ -5,6 +5,7 @@
 // Built only when Meson finds standalone Asio (its own executable, asio_tests).
 #include "rdmacxx/asio.hpp"
 
+#include "asio_fixture.hpp"
 #include "fixture.hpp"
 
 #include "rdmacxx/checked.hpp"
@@ -44,37 +45,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Two RC QPs on one device, connected, their CQs on one channel served by one dispatcher.
-template <class Completion = rx::event_driven>
-struct asio_pair {
-    explicit asio_pair(std::uint32_t depth = 128)
-        : ctx(test::open_test_device()), port(ctx), pd(ctx), channel(ctx), cq_a(ctx, 4096, channel),
-          cq_b(ctx, 4096, channel), a(pd, cq_a, cq_a, {.max_send_wr = depth, .max_recv_wr = depth}),
-          b(pd, cq_b, cq_b, {.max_send_wr = depth, .max_recv_wr = depth}),
-          d(io.get_executor(), channel, {.max_operations = 4096}) {
-        a.connect(port, b.local_endpoint(port), {.remote_access = rx::all_remote});
-        b.connect(port, a.local_endpoint(port), {.remote_access = rx::all_remote});
-        d.add(cq_a);
-        d.add(cq_b);
-    }
-    rx::context ctx;
-    rx::end_port port;
-    rx::protection_domain pd;
-    rx::completion_channel channel;
-    rx::completion_queue<Completion> cq_a, cq_b;
-    rx::queue_pair<rx::rc, Completion> a, b;
-    ::asio::io_context io;
-    rxa::completion_dispatcher d;
-};
-
-// Runs `io` until it has no more work, at most `bound`; fails when the bound ran out.
-void run_bounded(::asio::io_context& io, std::chrono::seconds bound = 20s) {
-    auto const start = std::chrono::steady_clock::now();
-    io.run_for(bound);
-    REQUIRE_MESSAGE(std::chrono::steady_clock::now() - start < bound,
-                    "the io_context still had work after " << bound.count() << " s");
-    io.restart();
-}
+using test::asio_pair;
+using test::run_bounded;
 
 // Spawns `coro` on `io`, keeping what it throws.
 template <class Awaitable>
@@ -286,27 +258,60 @@ TEST_CASE("asio: async_wait hands out a batch of completions of a batch CQ") {
                     rx::argument_error);
 }
 
-TEST_CASE("asio: cancelling an operation aborts its handler at once, and its completion is reaped later") {
-    asio_pair<> p;
-    test::buffer out(p.pd, 256), in(p.pd, 256);
-    test::fill_pattern(out.bytes_, 11);
-
-    SUBCASE("a callback with a cancellation slot") {
+TEST_CASE("asio: a cancelled operation's handler runs only once its completion is reaped") {
+    SUBCASE("cancel_mode::qp_to_error (the default): the QP goes to ERR, the receive completes aborted") {
+        asio_pair<> p;
+        test::buffer in(p.pd, 256);
         ::asio::cancellation_signal signal;
-        std::error_code got;
-        int calls = 0;
+        std::error_code got, other;
+        rx::work_completion got_wc{};
+        int calls = 0, other_calls = 0;
         rxa::async_recv(p.d, p.b, rx::recv{in.span().first(128)},
-                        ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
+                        ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion wc) {
                             got = ec;
+                            got_wc = wc;
                             ++calls;
                         }));
+        rxa::async_recv(p.d, p.b, rx::recv{in.span().subspan(128, 128)}, [&](std::error_code ec, rx::work_completion) {
+            other = ec;
+            ++other_calls;
+        });
         signal.emit(::asio::cancellation_type::terminal);
-        run_bounded(p.io); // the abort is posted; the receive is still on the device
+        CHECK(calls == 0); // never at once: the receive is still the device's
+        CHECK(p.d.cancelled() == 1);
+        CHECK(p.b.state() == IBV_QPS_ERR);
+        run_bounded(p.io);
         CHECK(calls == 1);
         CHECK(got == ::asio::error::operation_aborted);
-        CHECK(p.d.abandoned() == 1);
+        CHECK(got_wc.status() == IBV_WC_WR_FLUSH_ERR); // reaped: the flushed completion is its own
+        CHECK(other_calls == 1);                       // the QP's other operation: flushed, its own code
+        CHECK(other == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
+        CHECK(p.d.cancelled() == 0);
+        CHECK(p.d.in_flight() == 0);
+    }
+    SUBCASE("cancel_mode::wait: the handler waits for the message, which it is given") {
+        asio_pair<> p{128, rxa::cancel_mode::wait};
+        test::buffer out(p.pd, 256), in(p.pd, 256);
+        test::fill_pattern(out.bytes_, 11);
+        ::asio::cancellation_signal signal;
+        std::error_code got;
+        rx::work_completion got_wc{};
+        int calls = 0;
+        rxa::async_recv(p.d, p.b, rx::recv{in.span().first(128)},
+                        ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion wc) {
+                            got = ec;
+                            got_wc = wc;
+                            ++calls;
+                            // The handler runs once the device is done with the buffer: the message is there.
+                            CHECK(std::memcmp(in.bytes_.data(), out.bytes_.data(), 128) == 0);
+                        }));
+        signal.emit(::asio::cancellation_type::terminal);
+        p.io.run_for(50ms);
+        p.io.restart();
+        CHECK(calls == 0);
+        CHECK(p.d.cancelled() == 1);
         CHECK(p.d.in_flight() == 1);
-        // The message still lands in the cancelled receive's buffer: its memory was the device's.
+        CHECK(p.b.state() == IBV_QPS_RTS);
         bool sent = false;
         rxa::async_post(p.d, p.a, rx::send{out.span().first(128)}, [&](std::error_code ec, rx::work_completion) {
             CHECK_FALSE(ec);
@@ -314,13 +319,15 @@ TEST_CASE("asio: cancelling an operation aborts its handler at once, and its com
         });
         run_bounded(p.io);
         CHECK(sent);
-        CHECK(calls == 1); // reaped and dropped, not delivered
-        CHECK(p.d.abandoned() == 0);
-        CHECK(p.d.dropped() == 1);
+        CHECK(calls == 1);
+        CHECK_FALSE(got); // its own outcome: the message arrived, and is not lost
+        CHECK(got_wc.byte_len() == 128);
+        CHECK(p.d.cancelled() == 0);
         CHECK(p.d.in_flight() == 0);
-        CHECK(std::memcmp(in.bytes_.data(), out.bytes_.data(), 128) == 0);
     }
     SUBCASE("a coroutine cancelled while it awaits") {
+        asio_pair<> p;
+        test::buffer in(p.pd, 256);
         ::asio::cancellation_signal signal;
         std::exception_ptr ended;
         bool finished = false;
@@ -342,7 +349,8 @@ TEST_CASE("asio: cancelling an operation aborts its handler at once, and its com
         } catch (rx::error const& e) {
             CHECK(e.code() == ::asio::error::operation_aborted);
         }
-        CHECK(p.d.abandoned() == 1);
+        CHECK(p.d.cancelled() == 0);
+        CHECK(p.d.in_flight() == 0);
     }
 }
 
@@ -362,31 +370,28 @@ TEST_CASE("asio: a cancellation emitted after the dispatcher is destroyed is har
     ::asio::cancellation_signal cancelled, pending;
     int calls = 0;
     {
-        rxa::completion_dispatcher d{io.get_executor(), channel};
+        rxa::completion_dispatcher d{io.get_executor(), channel, {.cancel = rxa::cancel_mode::wait}};
         d.add(cq);
-        auto count = [&](std::error_code ec, rx::work_completion) {
-            CHECK(ec == ::asio::error::operation_aborted);
-            ++calls;
-        };
+        auto count = [&](std::error_code, rx::work_completion) { ++calls; };
         rxa::async_recv(d, b, rx::recv{buf.span().first(64)}, ::asio::bind_cancellation_slot(cancelled.slot(), count));
-        cancelled.emit(::asio::cancellation_type::terminal); // abandoned: its canceller stays in the signal
+        cancelled.emit(::asio::cancellation_type::terminal); // waits for its message: its canceller stays in the signal
         rxa::async_recv(d, b, rx::recv{buf.span().subspan(64, 64)},
                         ::asio::bind_cancellation_slot(pending.slot(), count)); // destroyed with the dispatcher
-        io.poll(); // the abort (posted); the pending receive keeps the io_context busy
+        io.poll();                                                              // the receives keep the io_context busy
         io.restart();
-        REQUIRE(calls == 1);
-        CHECK(d.abandoned() == 1);
+        REQUIRE(calls == 0);
+        CHECK(d.cancelled() == 1);
         CHECK(cancelled.slot().has_handler());
     }
     cancelled.emit(::asio::cancellation_type::terminal);
     cancelled.emit(::asio::cancellation_type::all);
     pending.emit(::asio::cancellation_type::terminal);
     run_bounded(io);
-    CHECK(calls == 1);
+    CHECK(calls == 0); // destroyed with the dispatcher, uncalled
 }
 
 TEST_CASE("asio: forget(qp) aborts a QP's operations at once; its flushed completions reach no other operation") {
-    asio_pair<> p;
+    asio_pair<> p{128, rxa::cancel_mode::wait};
     test::buffer in(p.pd, 2048);
     int b_aborted = 0, a_calls = 0;
     std::error_code a_ec;
@@ -409,10 +414,10 @@ TEST_CASE("asio: forget(qp) aborts a QP's operations at once; its flushed comple
     };
     rxa::async_recv(p.d, p.a, rx::recv{in.span().subspan(1024, 128)}, on_a); // another QP's: kept
     CHECK(p.d.in_flight() == 6);
-    CHECK(p.d.abandoned() == 1);
+    CHECK(p.d.cancelled() == 1);
     CHECK(p.d.forget(p.b) == 5);
     CHECK(p.d.in_flight() == 1);
-    CHECK(p.d.abandoned() == 0);
+    CHECK(p.d.cancelled() == 0);
     p.io.poll();
     p.io.restart();
     CHECK(b_aborted == 5); // at once, without any completion
@@ -518,26 +523,46 @@ TEST_CASE("asio: a duplicated descriptor is closed when Asio refuses it") {
     ::close(fds[1]);
 }
 
-TEST_CASE("asio: a cancelled operation's memory stays in flight for a checked QP until its completion is reaped") {
-    asio_pair<rx::checked<rx::event_driven>> p;
-    test::buffer out(p.pd, 256), in(p.pd, 256);
-    ::asio::cancellation_signal signal;
-    int calls = 0;
-    rxa::async_recv(p.d, p.b, rx::recv{in.span()},
-                    ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
-                        CHECK(ec == ::asio::error::operation_aborted);
-                        ++calls;
-                    }));
-    signal.emit(::asio::cancellation_type::terminal);
-    run_bounded(p.io);
-    REQUIRE(calls == 1);
-    CHECK(in.mr.in_flight() == 1);
-    CHECK_THROWS_AS(in.mr.deregister(), rx::in_flight_error);
-    rxa::async_post(p.d, p.a, rx::send{out.span().first(64)},
-                    [](std::error_code ec, rx::work_completion) { CHECK_FALSE(ec); });
-    run_bounded(p.io);
-    CHECK(p.d.dropped() == 1);
-    CHECK(in.mr.in_flight() == 0);
+TEST_CASE("asio: a cancelled operation's memory is out of flight for a checked QP when its handler runs") {
+    SUBCASE("cancel_mode::qp_to_error") {
+        asio_pair<rx::checked<rx::event_driven>> p;
+        test::buffer in(p.pd, 256);
+        ::asio::cancellation_signal signal;
+        int calls = 0;
+        rxa::async_recv(p.d, p.b, rx::recv{in.span()},
+                        ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
+                            CHECK(ec == ::asio::error::operation_aborted);
+                            CHECK(in.mr.in_flight() == 0);
+                            ++calls;
+                        }));
+        signal.emit(::asio::cancellation_type::terminal);
+        run_bounded(p.io);
+        REQUIRE(calls == 1);
+        CHECK_NOTHROW(in.mr.deregister());
+    }
+    SUBCASE("cancel_mode::wait") {
+        asio_pair<rx::checked<rx::event_driven>> p{128, rxa::cancel_mode::wait};
+        test::buffer out(p.pd, 256), in(p.pd, 256);
+        ::asio::cancellation_signal signal;
+        int calls = 0;
+        rxa::async_recv(p.d, p.b, rx::recv{in.span()},
+                        ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
+                            CHECK_FALSE(ec);
+                            CHECK(in.mr.in_flight() == 0);
+                            ++calls;
+                        }));
+        signal.emit(::asio::cancellation_type::terminal);
+        p.io.run_for(20ms);
+        p.io.restart();
+        CHECK(calls == 0);
+        CHECK(in.mr.in_flight() == 1);
+        CHECK_THROWS_AS(in.mr.deregister(), rx::in_flight_error);
+        rxa::async_post(p.d, p.a, rx::send{out.span().first(64)},
+                        [](std::error_code ec, rx::work_completion) { CHECK_FALSE(ec); });
+        run_bounded(p.io);
+        CHECK(calls == 1);
+        CHECK(in.mr.in_flight() == 0);
+    }
 }
 
 TEST_CASE("asio: a bad rkey fails the operation as an error code and, awaited, as wc_error") {

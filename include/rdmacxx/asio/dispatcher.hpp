@@ -47,11 +47,29 @@ inline namespace v0 {
 /// and C++20 coroutines (`asio::use_awaitable`). Standalone Asio 1.22 or later.
 namespace io {
 
+/// What a terminal cancellation of a posted operation (`async_post`, `async_recv` on a QP) does
+/// on the device. Either way its handler runs only once the request's completion has been
+/// reaped: when it runs, the request's memory is the caller's again.
+enum class cancel_mode {
+    /// The operation's QP is moved to ERR: its requests complete flushed, at once, and the
+    /// cancelled one completes with `asio::error::operation_aborted` (or with what it completed
+    /// with before the flush). The QP's other operations complete with IBV_WC_WR_FLUSH_ERR: a
+    /// cancellation ends the QP. The default: a cancellation takes effect within microseconds.
+    qp_to_error,
+    /// Nothing is done on the device: the handler runs when the request completes by itself,
+    /// with its own outcome (a message that arrived, a WRITE that was done). A send-queue request
+    /// completes within the time its QP's retry settings imply; a receive only when a message
+    /// arrives or its QP goes to ERR.
+    wait,
+};
+
 /// Settings of a `completion_dispatcher`.
 struct dispatcher_options {
     /// Operation slots in its pool: operations in flight at most, cancelled ones whose
     /// completion has not been reaped yet included. Allocated once, at construction.
     std::uint32_t max_operations = 1024;
+    /// What cancelling a posted operation does (see `cancel_mode`).
+    cancel_mode cancel = cancel_mode::qp_to_error;
 };
 
 /// How a CQ added to a `completion_dispatcher` is served.
@@ -72,14 +90,18 @@ enum class cq_mode {
 /// (acknowledged in batches of `completion_queue::ack_batch`) and polls that CQ until empty.
 /// Each completion's `wr_id` names a slot and the generation that posted it, and the slot's
 /// handler is posted to its own executor with the completion (never run inside the poll). A
-/// completion whose tag names no pending operation (a cancelled one's, or one not posted
-/// through the dispatcher) is dropped and counted (`dropped()`, `stray()`).
+/// completion whose tag names no pending operation (one not posted through the dispatcher, or a
+/// forgotten QP's) is dropped and counted (`stray()`).
 ///
-/// The descriptor is waited on only while operations are pending, so `io_context::run` returns
-/// when the last one has completed. A cancelled operation does not keep it waiting: its
-/// completion is reaped and dropped the next time the dispatcher polls (while later operations
-/// are pending), and its slot and memory stay taken until then. Several CQs may share the channel; a CQ event of a CQ
-/// not added is acknowledged and ignored.
+/// Cancellation (a terminal one, through the handler's cancellation slot) never hands memory
+/// back while the device may still use it: a cancelled operation's handler runs only once its
+/// request's completion has been reaped, and `opt.cancel` says what is done meanwhile
+/// (`cancel_mode`: by default its QP is moved to ERR, so the flushed completion comes at once).
+/// An `async_wait` on a batch CQ, which has nothing on the device, completes at once.
+///
+/// The descriptor is waited on only while operations are pending, cancelled ones included, so
+/// `io_context::run` returns when the last one has completed. Several CQs may share the channel;
+/// a CQ event of a CQ not added is acknowledged and ignored.
 ///
 /// No heap allocation per operation in steady state: handlers up to 192 bytes (callbacks,
 /// coroutine handlers) live in the slot; a larger one uses its associated allocator. What it
@@ -116,7 +138,8 @@ public:
     completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
         : ex_(std::move(ex)), channel_(channel.anchor_cell()), descriptor_(ex_), slots_(check_size(opt.max_operations)),
           anchor_(this), pool_(std::make_shared<detail::post_pool>(slots_.size() + 4,
-                                                                   &::asio::query(ex_, ::asio::execution::context))) {
+                                                                   &::asio::query(ex_, ::asio::execution::context))),
+          cancel_(opt.cancel) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
         for (std::uint32_t i = 0; i < slots_.size(); ++i)
@@ -131,7 +154,7 @@ public:
         : ex_(std::move(other.ex_)), channel_(std::move(other.channel_)), descriptor_(std::move(other.descriptor_)),
           slots_(std::move(other.slots_)), cqs_(std::move(other.cqs_)), anchor_(std::move(other.anchor_), this),
           pool_(std::move(other.pool_)), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
-          abandoned_(std::exchange(other.abandoned_, 0U)), dropped_(other.dropped_), stray_(other.stray_),
+          cancelled_(std::exchange(other.cancelled_, 0U)), stray_(other.stray_), cancel_(other.cancel_),
           reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
@@ -172,7 +195,7 @@ public:
     /// Stops serving `cq` (added with `add`), so that it can be destroyed or added elsewhere.
     /// A batch CQ's pending `async_wait` completes with `asio::error::operation_aborted` at once
     /// (posted). A routed CQ is refused while an operation whose completion arrives on it is
-    /// pending or cancelled-but-unreaped (`abandoned()`), or while any `async_recv` on an SRQ is
+    /// pending (cancelled ones included), or while any `async_recv` on an SRQ is
     /// (its CQ is not known): let them complete, or `forget` their QPs, first. Events of `cq`
     /// that arrive later are acknowledged and ignored, as for any CQ not added.
     /// @throws argument_error when `cq` is not added, or is a routed CQ with operations as
@@ -198,16 +221,14 @@ public:
     }
 
     /// Drops every operation posted to `qp` (`async_post`, `async_recv` on the QP), for a QP
-    /// about to be destroyed: a pending one completes with `asio::error::operation_aborted` at
-    /// once (posted), a cancelled one (`abandoned()`) is no longer waited for, and their slots
-    /// are free again. A completion of their requests that still arrives (e.g. flushed when the
-    /// QP went to ERR) names a slot generation that no longer exists: it is dropped and counted
-    /// in `stray()`, never routed to another operation. The requests stay on the device until
-    /// the QP is destroyed or they complete, and so must their memory: call it, then destroy the
-    /// QP, then free the memory. Receives posted to an SRQ are not the QP's and are kept.
-    /// Without it, a destroyed QP's operations would stay pending for ever (and keep
-    /// `io_context::run` from returning). Returns how many operations it dropped.
-    /// Thread-safety: on the executor only.
+    /// about to be destroyed: each pending one, cancelled ones included, completes with
+    /// `asio::error::operation_aborted` at once (posted), and their slots are free again. A completion of their
+    /// requests that still arrives (e.g. flushed when the QP went to ERR) names a slot generation that no longer
+    /// exists: it is dropped and counted in `stray()`, never routed to another operation. The requests stay on the
+    /// device until the QP is destroyed or they complete, and so must their memory: call it, then destroy the QP, then
+    /// free the memory. Receives posted to an SRQ are not the QP's and are kept. Without it, a destroyed QP's
+    /// operations would stay pending for ever (and keep `io_context::run` from returning). Returns how many operations
+    /// it dropped. Thread-safety: on the executor only.
     template <transport Transport, completion_strategy Completion, post_policy Post>
     std::size_t forget(queue_pair<Transport, Completion, Post> const& qp) {
         ibv_qp* const native = qp.native_handle();
@@ -217,12 +238,7 @@ public:
             detail::op_slot const& s = slots_[i];
             if (s.qp != native || s.st == detail::op_slot::state::free) continue;
             ++n;
-            if (s.st == detail::op_slot::state::pending) {
-                complete(i, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
-            } else {
-                --abandoned_;
-                release(i);
-            }
+            complete(i, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
         }
         stop_reading_when_idle();
         return n;
@@ -231,11 +247,12 @@ public:
     /// The executor.
     [[nodiscard]] executor_type get_executor() const noexcept { return ex_; }
     /// Operations pending: waiting for their completion, cancelled ones included.
-    [[nodiscard]] std::size_t in_flight() const noexcept { return pending_ + abandoned_; }
-    /// Cancelled operations whose completion has not been reaped yet (their memory is still the device's).
-    [[nodiscard]] std::size_t abandoned() const noexcept { return abandoned_; }
-    /// Completions of cancelled operations reaped and dropped so far.
-    [[nodiscard]] std::uint64_t dropped() const noexcept { return dropped_; }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return pending_; }
+    /// Cancelled operations whose completion has not been reaped yet: their handlers have not
+    /// run, their memory is still the device's.
+    [[nodiscard]] std::size_t cancelled() const noexcept { return cancelled_; }
+    /// What cancelling a posted operation does.
+    [[nodiscard]] cancel_mode cancellation() const noexcept { return cancel_; }
     /// Completions whose `wr_id` named no operation (not posted through the dispatcher, or the
     /// later completions of a chain that failed early) dropped so far.
     [[nodiscard]] std::uint64_t stray() const noexcept { return stray_; }
@@ -297,11 +314,12 @@ public:
         return (std::uint64_t{slots_[index].generation} << 32) | index;
     }
 
-    // Completes the pending operation of slot `index` with `r`, then frees the slot.
+    // Completes the pending (or cancelled) operation of slot `index` with `r`, then frees the slot.
     void complete(std::uint32_t index, detail::op_result const& r, bool posted) {
         detail::op_slot& s = slots_[index];
         if (s.cancel.is_connected()) s.cancel.clear();
         s.cancel = {};
+        if (s.st == detail::op_slot::state::cancelled) --cancelled_;
         --pending_;
         // The handler is moved out and the slot's copy destroyed before it runs (inline when its
         // executor allows): it may start the next operation at once.
@@ -416,26 +434,30 @@ private:
         free_ = index;
     }
 
-    // Cancellation: the handler gets operation_aborted now (posted); a routed operation's slot
-    // stays taken until its completion is reaped, a batch wait's is freed at once.
+    // Cancellation. A batch wait, with nothing on the device, completes with operation_aborted
+    // now (posted). A routed operation keeps its handler until its completion is reaped (route):
+    // with cancel_mode::qp_to_error its QP goes to ERR so that the completion comes flushed at once.
     void abort(std::uint32_t index, std::uint32_t generation) {
         detail::op_slot& s = slots_[index];
         if (s.generation != generation || s.st != detail::op_slot::state::pending) return;
         s.cancel = {}; // the cancellation slot's handler is this one: leave it to its owner
-        detail::op_result const r{::asio::error::operation_aborted, {}, 0};
-        --pending_;
         if (s.batch) {
             for (auto& e : cqs_)
                 if (e.waiter == index) e.waiter = npos;
-            s.invoke(s, &r, true, pool_);
-            release(index);
+            complete(index, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
             stop_reading_when_idle();
             return;
         }
-        s.st = detail::op_slot::state::abandoned;
-        ++abandoned_;
-        s.invoke(s, &r, true, pool_);
-        stop_reading_when_idle();
+        s.st = detail::op_slot::state::cancelled;
+        ++cancelled_;
+        if (cancel_ == cancel_mode::qp_to_error && s.qp != nullptr) {
+            // Any state may go to ERR; a QP that cannot (destroyed under us is a caller's bug, the
+            // device gone) leaves the operation waiting for whatever ends it, as cancel_mode::wait.
+            ibv_qp_attr attr{};
+            attr.qp_state = IBV_QPS_ERR;
+            (void)::ibv_modify_qp(s.qp, &attr, IBV_QP_STATE);
+            watch(); // the flushed completions are there: reap them without a wake-up
+        }
     }
 
     // With nothing pending, the descriptor's wait goes, so that io_context::run can return.
@@ -527,15 +549,14 @@ private:
                 ++stray_;
                 continue;
             }
-            if (slots_[index].st == detail::op_slot::state::abandoned) {
-                --abandoned_;
-                ++dropped_;
-                release(index);
-                continue;
-            }
+            // A cancelled operation completes with its own outcome, which the cancellation did not
+            // change, except the flush that cancel_mode::qp_to_error caused: that is its abort.
+            std::error_code ec = wc.error_code();
+            if (slots_[index].st == detail::op_slot::state::cancelled && wc.status() == IBV_WC_WR_FLUSH_ERR)
+                ec = ::asio::error::operation_aborted;
             // Posted, never run inline: a handler then cannot re-enter the drain (add a CQ, throw
             // through it and lose the rest of the batch).
-            complete(index, detail::op_result{wc.error_code(), wc, 0}, true);
+            complete(index, detail::op_result{ec, wc, 0}, true);
         }
     }
 
@@ -555,13 +576,10 @@ private:
     // The descriptor or the channel failed: every pending operation completes with `ec`.
     void fail_all(std::error_code ec) {
         for (std::uint32_t i = 0; i < slots_.size(); ++i) {
-            if (slots_[i].st == detail::op_slot::state::pending) {
+            if (slots_[i].st != detail::op_slot::state::free) {
                 for (auto& e : cqs_)
                     if (e.waiter == i) e.waiter = npos;
                 complete(i, detail::op_result{ec, {}, 0}, true);
-            } else if (slots_[i].st == detail::op_slot::state::abandoned) {
-                --abandoned_;
-                release(i);
             }
         }
         stop_reading_when_idle(); // a sweep may fail while a wait is queued: run() must be able to return
@@ -576,9 +594,9 @@ private:
     std::shared_ptr<detail::post_pool> pool_;               // the handlers it posts: one block per slot and its sweep
     std::uint32_t free_ = 0;
     std::size_t pending_ = 0;
-    std::size_t abandoned_ = 0;
-    std::uint64_t dropped_ = 0;
+    std::size_t cancelled_ = 0;
     std::uint64_t stray_ = 0;
+    cancel_mode cancel_ = cancel_mode::qp_to_error;
     bool reading_ = false;
     bool sweep_queued_ = false;
 };

@@ -44,7 +44,7 @@ struct op_result {
 
 /// One slot of the pool: the type-erased handler of one operation and its tag's generation.
 struct op_slot {
-    enum class state : std::uint8_t { free, pending, abandoned };
+    enum class state : std::uint8_t { free, pending, cancelled };
     /// Moves the handler out, destroys the slot's copy and, when `r` is non-null, completes it
     /// with `*r` (dispatched to its executor, or posted, from `pool`, when `posted`).
     using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted, std::shared_ptr<post_pool> const& pool);

@@ -88,14 +88,14 @@ void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, P
 /// Posts `c`'s requests to `qp`'s send queue as one chain and completes when the last one's
 /// completion is reaped by `d`: with `(std::error_code, work_completion)` — the code in
 /// `wc_category()` when the completion failed (e.g. `IBV_WC_REM_ACCESS_ERR` for a bad rkey),
-/// `asio::error::operation_aborted` when cancelled (see `completion_dispatcher`), the errno
+/// `asio::error::operation_aborted` when cancelled and flushed (see `cancel_mode`), the errno
 /// of a refused post (EINVAL for bad input, nothing posted) or ENOBUFS when the dispatcher has
 /// no free slot — or, for `asio::use_awaitable`, with `(std::exception_ptr, work_completion)`:
 /// `co_await` throws `wc_error` for a failed completion, `argument_error` / `wr_error` for a
 /// refused post, `rdmacxx::error` for the rest. The requests' `wr_id`s and signaled flags are
 /// replaced (the `wr_id` names the operation's slot). The memory they use must stay registered
-/// and untouched until the operation completes — after a cancellation, until the dispatcher has
-/// reaped the completion (`completion_dispatcher::abandoned()`).
+/// and untouched until the operation completes; a cancelled operation completes only once its
+/// request's completion has been reaped (`cancel_mode` says what the cancellation does meanwhile).
 /// Requests the transport does not allow do not compile. `qp`'s send CQ must be added to `d`.
 /// Thread-safety: on `d`'s executor only.
 /// @see ibv_post_send(3)
@@ -148,7 +148,8 @@ auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 
 /// Posts receive `r` to `srq` and completes with the completion of the message that lands in
 /// it, from whichever QP (`qp_num()` says which). Receives in an SRQ are not flushed when a QP
-/// goes: they wait for the next message. The CQ of the QPs on `srq` must be added to `d`.
+/// goes: they wait for the next message. Cancelling one waits for that message too, under either
+/// `cancel_mode` (an SRQ has no QP to move to ERR). The CQ of the QPs on `srq` must be added to `d`.
 /// Thread-safety: on `d`'s executor only.
 /// @see ibv_post_srq_recv(3)
 template <recv_work_request Recv, class Token>
