@@ -12,6 +12,8 @@
 ///
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
+/// - rdmacxx/asio/receive_pool.hpp: `receive_pool` (receives kept posted) and its
+///   `async_receive`, a receive to bound by a timer;
 /// - rdmacxx/asio/cm_engine.hpp: `cm_engine` (the Asio driver of the CM engine), `cm_acceptor`,
 ///   `async_connect`, `async_accept`;
 /// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events);
@@ -28,3 +30,4 @@
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/operations.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
+#include "rdmacxx/asio/receive_pool.hpp"

@@ -12,12 +12,19 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -210,4 +217,122 @@ TEST_CASE("asio: 10,000 cancellations racing receives, READs and SENDs: no write
     SUBCASE("cancel_mode::qp_to_error, 1,000 cancellations, the QPs connected again after each") {
         race(1'000, rxa::cancel_mode::qp_to_error);
     }
+}
+
+TEST_CASE("asio: a receive_pool's cancelled async_receive takes no message; the next one gets it") {
+    test::asio_pair<> p;
+    test::buffer out(p.pd, 256), in(p.pd, 4 * 256);
+    rxa::receive_pool pool{p.d, p.b, in.span(), {.receives = 4, .message_bytes = 256}};
+    ::asio::cancellation_signal signal;
+    std::error_code first;
+    int first_calls = 0;
+    pool.async_receive(::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rxa::received_message m) {
+        first = ec;
+        ++first_calls;
+        CHECK_FALSE(m);
+    }));
+    CHECK(pool.waiting() == 1);
+    signal.emit(::asio::cancellation_type::terminal);
+    test::run_bounded(p.io);
+    CHECK(first_calls == 1); // at once: nothing of it was on the device
+    CHECK(first == ::asio::error::operation_aborted);
+    CHECK(p.b.state() == IBV_QPS_RTS); // the QP is not touched
+
+    // The message that arrives now waits in the pool for the next async_receive.
+    test::fill_pattern(out.bytes_, 9);
+    for (std::size_t k = 0; k < 6; ++k) { // more than the pool holds: each is released and its receive posted again
+        bool sent = false;
+        rxa::async_post(p.d, p.a, rx::send{out.span().first(100 + k)}, [&](std::error_code ec, rx::work_completion) {
+            CHECK_FALSE(ec);
+            sent = true;
+        });
+        test::run_bounded(p.io);
+        REQUIRE(sent);
+        CHECK(pool.ready() == 1);
+        std::optional<rxa::received_message> got;
+        pool.async_receive([&](std::error_code ec, rxa::received_message m) {
+            CHECK_FALSE(ec);
+            got = std::move(m);
+        });
+        test::run_bounded(p.io);
+        REQUIRE(got);
+        REQUIRE(*got);
+        CHECK(got->data().size() == 100 + k);
+        CHECK(std::memcmp(got->data().data(), out.bytes_.data(), got->data().size()) == 0);
+        CHECK(got->completion().qp_num() == p.b.qp_num());
+    } // each message released here: its receive posted again
+    CHECK(pool.lost() == 0);
+
+    // A QP in ERR flushes the pool's receives: async_receive says so, with an empty message.
+    p.b.to_error();
+    std::error_code flushed;
+    pool.async_receive([&](std::error_code ec, rxa::received_message m) {
+        flushed = ec;
+        CHECK_FALSE(m);
+    });
+    test::run_bounded(p.io);
+    CHECK(flushed == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
+}
+
+TEST_CASE("asio: co_await (pool.async_receive() || timer) loses no message: 2,000 rounds, a 1 ms bound, "
+          "messages 0-2 ms late") {
+    using namespace ::asio::experimental::awaitable_operators;
+    constexpr std::uint32_t messages = 2'000;
+    test::asio_pair<> p;
+    test::buffer out(p.pd, 64 * 8), in(p.pd, 64 * 64);
+    rxa::receive_pool pool{p.d, p.b, in.span(), {.receives = 64, .message_bytes = 64}};
+    std::uint32_t received = 0, timeouts = 0, out_of_order = 0;
+    std::exception_ptr failure;
+    auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{120};
+
+    ::asio::co_spawn(
+        p.io,
+        [&]() -> ::asio::awaitable<void> { // the sender: message i, 0-2 ms after the last
+            ::asio::steady_timer pause{p.io};
+            std::mt19937 rng{7};
+            for (std::uint32_t i = 0; i < messages; ++i) {
+                pause.expires_after(std::chrono::microseconds{rng() % 2'000});
+                co_await pause.async_wait(::asio::use_awaitable);
+                auto slot = out.span().subspan((i % 8) * 64, 4);
+                std::memcpy(out.bytes_.data() + (i % 8) * 64, &i, 4);
+                (void)co_await rxa::async_post(p.d, p.a, rx::send{slot}, ::asio::use_awaitable);
+            }
+        },
+        [&](std::exception_ptr e) {
+            if (e && !failure) failure = e;
+        });
+    ::asio::co_spawn(
+        p.io,
+        [&]() -> ::asio::awaitable<void> { // the receiver: each wait bounded by 1 ms
+            ::asio::steady_timer bound{p.io};
+            while (received < messages && std::chrono::steady_clock::now() < deadline) {
+                bound.expires_after(std::chrono::milliseconds{1});
+                auto r =
+                    co_await (pool.async_receive(::asio::use_awaitable) || bound.async_wait(::asio::use_awaitable));
+                if (r.index() == 1) {
+                    ++timeouts;
+                    continue;
+                }
+                rxa::received_message const& m = std::get<0>(r);
+                std::uint32_t seq = 0;
+                std::memcpy(&seq, m.data().data(), 4);
+                if (seq != received) ++out_of_order;
+                ++received;
+            }
+        },
+        [&](std::exception_ptr e) {
+            if (e && !failure) failure = e;
+        });
+    p.io.run_for(std::chrono::seconds{150});
+    if (failure) std::rethrow_exception(failure);
+    MESSAGE(received << " messages received, " << timeouts << " receives timed out, in "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                              (deadline - std::chrono::seconds{120}))
+                            .count()
+                     << " ms");
+    CHECK(received == messages); // every message once: none eaten by a receive that timed out
+    CHECK(out_of_order == 0);
+    CHECK(timeouts > 0); // the race was run
+    CHECK(pool.lost() == 0);
+    CHECK(p.b.state() == IBV_QPS_RTS);
 }

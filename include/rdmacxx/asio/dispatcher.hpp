@@ -47,6 +47,8 @@ inline namespace v0 {
 /// and C++20 coroutines (`asio::use_awaitable`). Standalone Asio 1.22 or later.
 namespace io {
 
+class receive_pool_base;
+
 /// What a terminal cancellation of a posted operation (`async_post`, `async_recv` on a QP) does
 /// on the device. Either way its handler runs only once the request's completion has been
 /// reaped: when it runs, the request's memory is the caller's again.
@@ -155,6 +157,7 @@ public:
           slots_(std::move(other.slots_)), cqs_(std::move(other.cqs_)), anchor_(std::move(other.anchor_), this),
           pool_(std::move(other.pool_)), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
           cancelled_(std::exchange(other.cancelled_, 0U)), stray_(other.stray_), cancel_(other.cancel_),
+          pools_(std::move(other.pools_)), pool_serial_(other.pool_serial_),
           reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
@@ -261,6 +264,38 @@ public:
 
     /// @cond
     static constexpr std::uint32_t npos = ~std::uint32_t{0};
+    // The bit of a wr_id's low half that marks a receive_pool's receive: the high half is the
+    // pool's serial, the rest of the low half its slot. An operation's index is below 2^31.
+    static constexpr std::uint64_t pool_tag_bit = std::uint64_t{1} << 31;
+
+    // Where its own I/O objects find it, wherever it has moved to.
+    [[nodiscard]] rdmacxx::detail::link<completion_dispatcher> anchor_cell() const noexcept { return anchor_.cell(); }
+
+    // Routes the completions tagged with the returned serial to `deliver(pool, slot, wc)`
+    // (receive_pool).
+    using pool_deliver_fn = void (*)(receive_pool_base&, std::uint32_t, work_completion const&);
+    std::uint32_t add_receive_pool(rdmacxx::detail::link<receive_pool_base> pool, pool_deliver_fn deliver) {
+        std::uint32_t const serial = ++pool_serial_;
+        pools_.push_back({serial, std::move(pool), deliver});
+        return serial;
+    }
+    void remove_receive_pool(std::uint32_t serial) noexcept {
+        for (std::size_t i = 0; i < pools_.size(); ++i)
+            if (pools_[i].serial == serial) {
+                pools_.erase(pools_.begin() + static_cast<std::ptrdiff_t>(i));
+                return;
+            }
+    }
+    // The cancellation slot of the operation in slot `index` (not connected: none).
+    [[nodiscard]] ::asio::cancellation_slot cancellation_slot_of(std::uint32_t index) const noexcept {
+        return slots_[index].cancel;
+    }
+    // Whether `tag` (as `tag(index)` made it) names a pending operation.
+    [[nodiscard]] bool is_pending(std::uint64_t tag) const noexcept {
+        auto const index = static_cast<std::uint32_t>(tag & 0xffffffffU);
+        return index < slots_.size() && slots_[index].generation == static_cast<std::uint32_t>(tag >> 32) &&
+               slots_[index].st != detail::op_slot::state::free;
+    }
     static_assert(npos == detail::cq_entry::no_waiter, "an entry with no waiter names no slot");
 
     // Takes a slot for `handler` (moved in), hooks its cancellation slot; npos when none is free
@@ -544,6 +579,10 @@ private:
         for (work_completion const& wc : wcs) {
             auto const index = static_cast<std::uint32_t>(wc.wr_id() & 0xffffffffU);
             auto const generation = static_cast<std::uint32_t>(wc.wr_id() >> 32);
+            if ((wc.wr_id() & pool_tag_bit) != 0) {
+                route_to_pool(generation, static_cast<std::uint32_t>(index & ~pool_tag_bit), wc);
+                continue;
+            }
             if (index >= slots_.size() || slots_[index].generation != generation ||
                 slots_[index].st == detail::op_slot::state::free || slots_[index].batch) [[unlikely]] {
                 ++stray_;
@@ -558,6 +597,19 @@ private:
             // through it and lose the rest of the batch).
             complete(index, detail::op_result{ec, wc, 0}, true);
         }
+    }
+
+    // A receive_pool's completion goes to its pool; a pool gone makes it a stray.
+    void route_to_pool(std::uint32_t serial, std::uint32_t slot, work_completion const& wc) {
+        for (pool_entry const& p : pools_)
+            if (p.serial == serial) {
+                if (receive_pool_base* pool = p.pool.get_if()) {
+                    p.deliver(*pool, slot, wc);
+                    return;
+                }
+                break;
+            }
+        ++stray_;
     }
 
     // An event of a batch CQ: the waiter (if any) takes what is there, arm-then-poll.
@@ -597,6 +649,13 @@ private:
     std::size_t cancelled_ = 0;
     std::uint64_t stray_ = 0;
     cancel_mode cancel_ = cancel_mode::qp_to_error;
+    struct pool_entry {
+        std::uint32_t serial;
+        rdmacxx::detail::link<receive_pool_base> pool;
+        pool_deliver_fn deliver;
+    };
+    std::vector<pool_entry> pools_; // the receive pools it routes to
+    std::uint32_t pool_serial_ = 0;
     bool reading_ = false;
     bool sweep_queued_ = false;
 };

@@ -40,6 +40,10 @@ struct op_result {
     work_completion wc{};    ///< the completion (routed operations)
     std::size_t count = 0;   ///< completions taken (batch waits)
     std::exception_ptr ex{}; ///< the library's exception when there is one (a refused post)
+    void* source = nullptr;  ///< the receive pool a message comes from (receive_pool::async_receive)
+    std::uint32_t slot = 0;  ///< the pool's slot that holds the message
+    /// The handler's cancellation slot while a message is on its way to it (receive_pool).
+    ::asio::cancellation_slot delivery{};
 };
 
 /// One slot of the pool: the type-erased handler of one operation and its tag's generation.
