@@ -237,6 +237,7 @@ TEST_CASE("asio: a receive_pool's cancelled async_receive takes no message; the 
     CHECK(first_calls == 1); // at once: nothing of it was on the device
     CHECK(first == ::asio::error::operation_aborted);
     CHECK(p.b.state() == IBV_QPS_RTS); // the QP is not touched
+    CHECK(pool.waiting() == 0);
 
     // The message that arrives now waits in the pool for the next async_receive.
     test::fill_pattern(out.bytes_, 9);
@@ -272,6 +273,13 @@ TEST_CASE("asio: a receive_pool's cancelled async_receive takes no message; the 
     });
     test::run_bounded(p.io);
     CHECK(flushed == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
+    // Every later one too, at once: no receive of the pool will complete again.
+    for (int k = 0; k < 8; ++k) {
+        std::error_code later;
+        pool.async_receive([&](std::error_code ec, rxa::received_message) { later = ec; });
+        test::run_bounded(p.io);
+        CHECK(later == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
+    }
 }
 
 TEST_CASE("asio: co_await (pool.async_receive() || timer) loses no message: 2,000 rounds, a 1 ms bound, "

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -157,8 +158,8 @@ public:
           slots_(std::move(other.slots_)), cqs_(std::move(other.cqs_)), anchor_(std::move(other.anchor_), this),
           pool_(std::move(other.pool_)), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
           cancelled_(std::exchange(other.cancelled_, 0U)), stray_(other.stray_), cancel_(other.cancel_),
-          pools_(std::move(other.pools_)), pool_serial_(other.pool_serial_),
-          reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)) {}
+          pools_(std::move(other.pools_)), reading_(std::exchange(other.reading_, false)),
+          sweep_queued_(std::exchange(other.sweep_queued_, false)) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
     /// no-op.
@@ -273,9 +274,13 @@ public:
 
     // Routes the completions tagged with the returned serial to `deliver(pool, slot, wc)`
     // (receive_pool).
-    using pool_deliver_fn = void (*)(receive_pool_base&, std::uint32_t, work_completion const&);
+    // Serials are unique in the process: a CQ may move between dispatchers with a pool's
+    // receives still posted.
+    using pool_deliver_fn = bool (*)(receive_pool_base&, std::uint32_t, work_completion const&);
     std::uint32_t add_receive_pool(rdmacxx::detail::link<receive_pool_base> pool, pool_deliver_fn deliver) {
-        std::uint32_t const serial = ++pool_serial_;
+        static std::atomic<std::uint32_t> serials{0};
+        std::uint32_t serial = serials.fetch_add(1, std::memory_order_relaxed) + 1;
+        if (serial == 0) serial = serials.fetch_add(1, std::memory_order_relaxed) + 1;
         pools_.push_back({serial, std::move(pool), deliver});
         return serial;
     }
@@ -360,6 +365,7 @@ public:
         // executor allows): it may start the next operation at once.
         s.invoke(s, &r, posted, pool_);
         release(index);
+        if (pending_ == 0) stop_reading_when_idle(); // whoever completed the last: run() may return
     }
 
     // A pending operation whose work never reached the device: completed with `ec` (and the
@@ -591,7 +597,8 @@ private:
             // A cancelled operation completes with its own outcome, which the cancellation did not
             // change, except the flush that cancel_mode::qp_to_error caused: that is its abort.
             std::error_code ec = wc.error_code();
-            if (slots_[index].st == detail::op_slot::state::cancelled && wc.status() == IBV_WC_WR_FLUSH_ERR)
+            if (slots_[index].st == detail::op_slot::state::cancelled && cancel_ == cancel_mode::qp_to_error &&
+                wc.status() == IBV_WC_WR_FLUSH_ERR)
                 ec = ::asio::error::operation_aborted;
             // Posted, never run inline: a handler then cannot re-enter the drain (add a CQ, throw
             // through it and lose the rest of the batch).
@@ -603,10 +610,8 @@ private:
     void route_to_pool(std::uint32_t serial, std::uint32_t slot, work_completion const& wc) {
         for (pool_entry const& p : pools_)
             if (p.serial == serial) {
-                if (receive_pool_base* pool = p.pool.get_if()) {
-                    p.deliver(*pool, slot, wc);
-                    return;
-                }
+                receive_pool_base* pool = p.pool.get_if();
+                if (pool != nullptr && p.deliver(*pool, slot, wc)) return;
                 break;
             }
         ++stray_;
@@ -655,7 +660,6 @@ private:
         pool_deliver_fn deliver;
     };
     std::vector<pool_entry> pools_; // the receive pools it routes to
-    std::uint32_t pool_serial_ = 0;
     bool reading_ = false;
     bool sweep_queued_ = false;
 };

@@ -18,6 +18,8 @@
 #include <asio/async_result.hpp>
 #include <asio/post.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -74,9 +76,8 @@ public:
     [[nodiscard]] work_completion const& completion() const noexcept { return wc_; }
     /// Whether it holds a message.
     [[nodiscard]] explicit operator bool() const noexcept { return data_.data() != nullptr; }
-    /// Gives the receive back to the pool, which posts it again; then empty. A pool gone, or a
-    /// receive queue that refuses the post (its QP in ERR), keeps it: counted in the pool's
-    /// `lost()`.
+    /// Gives the receive back to the pool, which posts it again; then empty. A post the receive
+    /// queue refuses is counted in the pool's `lost()`; with the pool gone, nothing is posted.
     inline void release() noexcept;
 
     /// @cond
@@ -106,18 +107,28 @@ public:
 
     /// Messages arrived and not taken yet.
     [[nodiscard]] std::size_t ready() const noexcept { return count_; }
-    /// `async_receive`s waiting.
-    [[nodiscard]] std::size_t waiting() const noexcept { return waiters_.size() - waiter_head_; }
-    /// Receives that could not be posted again (their QP in ERR, or the pool gone when their
-    /// message was released).
+    /// `async_receive`s waiting (cancelled ones are not).
+    [[nodiscard]] std::size_t waiting() const noexcept {
+        completion_dispatcher const* d = d_.get_if();
+        std::size_t n = 0;
+        for (std::size_t i = waiter_head_; d != nullptr && i < waiters_.size(); ++i)
+            if (d->is_pending(waiters_[i])) ++n;
+        return n;
+    }
+    /// Receives not posted again: completed with an error (their QP in ERR), or refused when
+    /// their message was released.
     [[nodiscard]] std::uint64_t lost() const noexcept { return lost_; }
 
     /// @cond
-    // A completion of one of its receives, routed by the dispatcher.
-    void deliver(std::uint32_t slot, work_completion const& wc) {
+    // A completion of one of its receives, routed by the dispatcher; false (a stray) when it
+    // names no slot of this pool, or every receive has arrived already.
+    bool deliver(std::uint32_t slot, work_completion const& wc) {
+        if (slot >= arrived_.size() || count_ == arrived_.size()) [[unlikely]]
+            return false;
         arrived_[(head_ + count_) % arrived_.size()] = {slot, wc};
         ++count_;
         serve();
+        return true;
     }
     // Posts slot `slot`'s receive again.
     void repost(std::uint32_t slot) noexcept {
@@ -134,15 +145,18 @@ public:
         ++count_;
         serve();
     }
-    [[nodiscard]] bool revoked(std::uint32_t slot) const noexcept { return revoked_[slot] != 0; }
+    // Whether the wait its current message was handed to was cancelled on the way.
+    [[nodiscard]] bool revoked(std::uint32_t slot) const noexcept {
+        return revoked_[slot] != 0 && revoked_[slot] == handout_[slot];
+    }
     /// @endcond
 
 protected:
     receive_pool_base(completion_dispatcher& d, local_span<std::byte> memory, receive_pool_options const& opt)
         : d_(d.anchor_cell()), memory_(memory), opt_(check(opt, memory.size())), anchor_(this), arrived_(opt.receives),
-          revoked_(opt.receives, 0) {
+          handout_(opt.receives, 0), revoked_(opt.receives, 0) {
         serial_ = d.add_receive_pool(anchor_.cell(), [](receive_pool_base& pool, std::uint32_t slot,
-                                                        work_completion const& wc) { pool.deliver(slot, wc); });
+                                                        work_completion const& wc) { return pool.deliver(slot, wc); });
     }
     // Its waiting async_receives complete with operation_aborted (posted); its receives stay
     // posted, and their completions become strays.
@@ -173,21 +187,36 @@ protected:
     template <class Completer, class Handler>
     void start(Handler& handler) {
         completion_dispatcher& d = dispatcher();
-        if (count_ != 0 && waiting() == 0) {
+        auto const ex = ::asio::get_associated_executor(handler, d.get_executor());
+        // The waits cancelled since go first: they completed already.
+        while (waiter_head_ < waiters_.size() && !d.is_pending(waiters_[waiter_head_]))
+            ++waiter_head_;
+        if (waiter_head_ == waiters_.size()) {
+            waiters_.clear();
+            waiter_head_ = 0;
+        }
+        if (count_ != 0 && waiters_.empty()) {
             auto cs = ::asio::get_associated_cancellation_slot(handler);
             detail::op_result r = take();
             if (r.source != nullptr && cs.is_connected()) { // as in serve(): a cancellation on the way puts it back
-                revoked_[r.slot] = 0;
-                cs.template emplace<delivery_canceller>(anchor_.cell(), r.slot);
-                r.delivery = cs;
+                try {
+                    cs.template emplace<delivery_canceller>(anchor_.cell(), r.slot, handout_[r.slot]);
+                    r.delivery = cs;
+                } catch (...) { // no memory for it: a cancellation from now on is not seen
+                }
             }
-            ::asio::post(d.get_executor(), Completer::bind(std::move(handler), r));
+            ::asio::post(ex, Completer::bind(std::move(handler), r));
             return;
         }
+        if (count_ == 0 && failed_) { // its QP is in ERR: no receive of it will complete again
+            ::asio::post(ex, Completer::bind(std::move(handler), detail::op_result{failed_, {}, 0, {}}));
+            return;
+        }
+        waiters_.reserve(waiters_.size() + 1); // before the slot is taken: nothing throws after
         std::uint32_t const i = d.acquire<Completer>(handler, true);
         if (i == completion_dispatcher::npos) [[unlikely]] {
             detail::op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
-            ::asio::post(d.get_executor(), Completer::bind(std::move(handler), r));
+            ::asio::post(ex, Completer::bind(std::move(handler), r));
             return;
         }
         waiters_.push_back(d.tag(i));
@@ -220,8 +249,11 @@ private:
         if (!r.ec) {
             r.source = this;
             r.slot = a.slot;
+            if (++handout_[a.slot] == 0) handout_[a.slot] = 1; // 0: never handed out
+            revoked_[a.slot] = 0;
         } else {
             ++lost_;
+            failed_ = r.ec;
         }
         return r;
     }
@@ -231,14 +263,18 @@ private:
     // Installed in a waiter's cancellation slot once a message is on its way to its handler: a
     // cancellation then (an Asio `||` whose other operation completed first, which discards this
     // one's result) marks the message, and the handler's binder puts it back unread.
+    // It names the handout, so that a canceller left behind (its binder destroyed uncalled)
+    // never marks a later handout of the same slot.
     struct delivery_canceller {
-        delivery_canceller(rdmacxx::detail::link<receive_pool_base> p, std::uint32_t s) noexcept
-            : pool(std::move(p)), slot(s) {}
+        delivery_canceller(rdmacxx::detail::link<receive_pool_base> p, std::uint32_t s, std::uint32_t h) noexcept
+            : pool(std::move(p)), slot(s), handout(h) {}
         rdmacxx::detail::link<receive_pool_base> pool;
         std::uint32_t slot;
+        std::uint32_t handout;
         void operator()(::asio::cancellation_type_t type) const noexcept {
             if ((type & ::asio::cancellation_type::terminal) == ::asio::cancellation_type::none) return;
-            if (receive_pool_base* p = pool.get_if()) p->revoked_[slot] = 1;
+            receive_pool_base* p = pool.get_if();
+            if (p != nullptr && p->handout_[slot] == handout) p->revoked_[slot] = handout;
         }
     };
 
@@ -251,14 +287,11 @@ private:
             auto const index = static_cast<std::uint32_t>(tag & 0xffffffffU);
             ::asio::cancellation_slot cs = d.cancellation_slot_of(index); // complete() empties it
             detail::op_result r = take();
-            if (r.source != nullptr && cs.is_connected()) {
-                revoked_[r.slot] = 0;
-                r.delivery = cs;
-            }
+            if (r.source != nullptr && cs.is_connected()) r.delivery = cs;
             d.complete(index, r, true);
             if (r.delivery.is_connected()) {
                 try {
-                    r.delivery.emplace<delivery_canceller>(anchor_.cell(), r.slot);
+                    r.delivery.emplace<delivery_canceller>(anchor_.cell(), r.slot, handout_[r.slot]);
                 } catch (...) { // no memory for it: a cancellation from now on is not seen
                 }
             }
@@ -275,8 +308,12 @@ public:
     static received_message message_of(detail::op_result const& r) {
         auto* self = static_cast<receive_pool_base*>(r.source);
         if (self == nullptr) return {};
+        // A WRITE with immediate writes elsewhere: its byte_len() is the WRITE's, and its receive holds nothing.
+        std::size_t const n = r.wc.opcode() == IBV_WC_RECV_RDMA_WITH_IMM
+                                  ? 0
+                                  : std::min<std::size_t>(r.wc.byte_len(), self->opt_.message_bytes);
         std::span<std::byte const> const bytes{self->memory_.data() + std::size_t{r.slot} * self->opt_.message_bytes,
-                                               r.wc.byte_len()};
+                                               n};
         return received_message{self->anchor_.cell(), r.slot, bytes, r.wc};
     }
     /// @endcond
@@ -290,10 +327,12 @@ private:
     std::vector<arrival> arrived_; // a ring of `receives`: at most one arrival per posted receive
     std::size_t head_ = 0;
     std::size_t count_ = 0;
-    std::vector<std::uint8_t> revoked_;  // per slot: its message's wait was cancelled on the way
+    std::vector<std::uint32_t> handout_; // per slot: how many times its message was handed out
+    std::vector<std::uint32_t> revoked_; // per slot: the handout whose wait was cancelled on the way (0: none)
     std::vector<std::uint64_t> waiters_; // tags of waiting async_receives, oldest at waiter_head_
     std::size_t waiter_head_ = 0;
     std::uint64_t lost_ = 0;
+    std::error_code failed_{}; // a receive completed with an error: its QP is in ERR
 };
 
 /// @cond
@@ -327,8 +366,9 @@ struct message_binder {
     received_message message;
     ::asio::cancellation_slot delivery;
     void operator()() {
-        if (delivery.is_connected()) delivery.clear();
-        if (message.put_back_if_revoked()) { // cancelled on its way: the next async_receive takes it
+        bool const watched = delivery.is_connected();
+        if (watched) delivery.clear();
+        if (watched && message.put_back_if_revoked()) { // cancelled on its way: the next async_receive takes it
             op_result const aborted{::asio::error::operation_aborted, {}, 0, {}};
             if constexpr (std::is_same_v<First, std::exception_ptr>)
                 std::move(handler)(completer<true, false>::to_exception(aborted), received_message{});
@@ -369,12 +409,16 @@ struct message_completer {
 /// by a timer; `async_recv` posts into the caller's memory, and its cancellation must end the QP
 /// (`cancel_mode`).
 ///
-/// A QP in ERR completes the pool's receives flushed: each `async_receive` then completes with
-/// IBV_WC_WR_FLUSH_ERR and an empty message.
-/// Ownership: `memory` and the target must outlive the pool, and the pool its dispatcher's
-/// operations (a pool destroyed while receives are posted leaves them on the device: destroy it
-/// after its QP, or keep its memory until the QP is destroyed; their completions are then
-/// strays). Not movable. Thread-safety: on the dispatcher's executor only.
+/// Messages are handed out in the order they arrive to one waiter at a time; with several
+/// waiters at once, a message put back after a cancellation may reach a later waiter.
+///
+/// A QP in ERR completes the pool's receives flushed: the `async_receive`s waiting, and every
+/// later one, complete with IBV_WC_WR_FLUSH_ERR and an empty message.
+/// Ownership: the target must not move and must outlive the pool and every `received_message`
+/// of it; `memory` must stay registered until the target's QP is destroyed, since the pool's
+/// receives stay on the device when the pool goes (their completions are then strays) and when
+/// its constructor throws part-way. `completion_dispatcher::remove` does not know the pool's CQ:
+/// destroy the pool first. Not movable. Thread-safety: on the dispatcher's executor only.
 /// @see ibv_post_recv(3), ibv_post_srq_recv(3)
 template <class Target>
 class receive_pool final : public receive_pool_base {
