@@ -60,6 +60,7 @@ int run(options const& o) {
     for (unsigned i = 0; i < o.count; ++i)
         group.qp().post_recv(rx::recv{mr.span().subspan(i * slot, slot)}.id(i));
     std::printf("mckey: receiving %u datagrams\n", o.count);
+    std::fflush(stdout); // the receives are posted: a sender may start (tools/check waits for this line)
     std::vector<bool> seen(o.count, false);
     auto const deadline = std::chrono::steady_clock::now() + 60s;
     for (unsigned got = 0; got < o.count;) {

@@ -31,9 +31,11 @@ example() {
   echo $? >"$logs/$name.status"
 }
 # server_client NAME DELAY SERVER... -- CLIENT...: SERVER in the background, CLIENT DELAY seconds
-# later, each bounded by 300 s; both must succeed.
+# later, each bounded by 300 s; both must succeed. A DELAY that is not a number is a line the
+# server prints when it is ready: the client starts once the log has it (at most 120 s).
+# shellcheck disable=SC2094 # the log is read for that line while the pair writes it
 server_client() {
-  local name=$1 delay=$2 server=() c s
+  local name=$1 delay=$2 server=() c s k
   shift 2
   while [ "$1" != -- ]; do
     server+=("$1")
@@ -42,7 +44,14 @@ server_client() {
   shift
   {
     timeout 300 "${server[@]}" &
-    sleep "$delay"
+    if [[ $delay =~ ^[0-9.]+$ ]]; then
+      sleep "$delay"
+    else
+      for ((k = 0; k < 1200; k++)); do
+        grep -qF -- "$delay" "$logs/$name.log" 2>/dev/null && break
+        sleep 0.1
+      done
+    fi
     timeout 300 "$@"
     c=$?
     wait $!
@@ -100,7 +109,7 @@ if first; then
     "$build/examples/cm_client" -e -s "$RDMACXX_ADDR"
   server_client cm_ud 0.5 "$build/examples/cm_ud" -b "$RDMACXX_ADDR" -C 20 -S 512 -- \
     "$build/examples/cm_ud" -s "$RDMACXX_ADDR" -C 20 -S 512
-  server_client mckey 2 "$build/examples/mckey" -b "$RDMACXX_ADDR" -C 20 -S 200 -- \
+  server_client mckey "mckey: receiving" "$build/examples/mckey" -b "$RDMACXX_ADDR" -C 20 -S 200 -- \
     "$build/examples/mckey" -b "$RDMACXX_ADDR" -s -C 20 -S 200
   example epoll_server "$build/examples/epoll_server" -c 4 -n 200
   # One listener, PD, registered buffer, SRQ and CQ on one completion channel for 32 clients,
