@@ -494,9 +494,7 @@ private:
         if (cancel_ == cancel_mode::qp_to_error && s.qp != nullptr) {
             // Any state may go to ERR; a QP that cannot (destroyed under us is a caller's bug, the
             // device gone) leaves the operation waiting for whatever ends it, as cancel_mode::wait.
-            ibv_qp_attr attr{};
-            attr.qp_state = IBV_QPS_ERR;
-            (void)::ibv_modify_qp(s.qp, &attr, IBV_QP_STATE);
+            (void)rdmacxx::detail::move_to_error(s.qp);
             watch(); // the flushed completions are there: reap them without a wake-up
         }
     }

@@ -191,9 +191,7 @@ public:
         std::uint64_t const recvs = ledger_.recvs();
         if (sends + recvs == 0) return std::nullopt;
         std::uint64_t const oldest = ledger_.oldest_send_wr_id();
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_ERR;
-        bool const in_error = ::ibv_modify_qp(qp, &attr, IBV_QP_STATE) == 0;
+        bool const in_error = rdmacxx::detail::move_to_error(qp);
         auto const deadline = std::chrono::steady_clock::now() + timeout;
         try {
             if (in_error && marker && sends != 0) {

@@ -214,9 +214,7 @@ private:
     // The QP (if any) to ERR: what is posted completes flushed. Called with `mutex_` held.
     void qp_to_error() noexcept {
         if (qp_ == nullptr) return;
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_ERR;
-        (void)::ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
+        (void)rdmacxx::detail::move_to_error(qp_);
     }
 
     // Calls the end callback (taken out first: it may destroy `*this`) when the state left

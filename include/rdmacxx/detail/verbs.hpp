@@ -28,6 +28,15 @@ struct destroy_with {
         (void)Destroy(p);
     }
 };
+
+/// Moves `qp` to ERR (any state may go there): what is posted completes flushed. Returns whether
+/// ibv_modify_qp(3) accepted it; for the paths that cannot report a failure (a cancellation, a
+/// peer's end, a drain), where `queue_pair::to_error` would throw.
+inline bool move_to_error(ibv_qp* qp) noexcept {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    return ::ibv_modify_qp(qp, &attr, IBV_QP_STATE) == 0;
+}
 } // namespace detail
 } // namespace v0
 } // namespace rdmacxx
