@@ -11,11 +11,15 @@
 #include <getopt.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rx = rdmacxx;
@@ -36,16 +40,35 @@ template <class Completion>
 int serve(options const& o) {
     cm::listener<rx::rc> server{cm::address::resolve(o.address, o.port)};
     std::printf("cm_server: listening on %s\n", server.cm_id().local_address().to_string().c_str());
-    auto conn = server.get_request(60s).accept<rx::rc, Completion>();
+    // The first receive is posted before the accept goes out: the client may send the moment it
+    // is connected. Each later one before the echo that lets the client send again.
+    std::vector<std::byte> buf(2 * o.size);
+    std::optional<rx::memory_region> mr;
+    auto conn = server.get_request(60s).accept<rx::rc, Completion>({}, {}, [&](auto& c) {
+        mr.emplace(c.pd().register_memory(std::span{buf}, rx::access::local_write));
+        c.qp().post_recv(rx::recv{mr->span().first(o.size)}.id(1));
+    });
     std::printf("cm_server: connected to %s\n", conn.peer_name().c_str());
-    std::vector<std::byte> buf(o.size);
-    auto mr = conn.pd().register_memory(std::span{buf}, rx::access::local_write);
+    auto const in = mr->span().first(o.size), out = mr->span().subspan(o.size, o.size);
+    std::optional<std::uint32_t> received; // the next message's length, when it came before the echo's completion
     for (unsigned i = 0; i < o.iterations; ++i) {
-        conn.qp().post_recv(rx::recv{mr.span()}.id(1));
-        auto const got = conn.cq().wait_one();
-        got.throw_if_error();
-        conn.qp().post(rx::send{mr.span().first(got.byte_len())}.id(2));
-        conn.cq().wait_one().throw_if_error();
+        if (!received) {
+            auto const wc = conn.cq().wait_one(); // the message (wr_id 1)
+            wc.throw_if_error();
+            received = wc.byte_len();
+        }
+        std::uint32_t const len = *std::exchange(received, std::nullopt);
+        std::memcpy(buf.data() + o.size, buf.data(), len);
+        if (i + 1 < o.iterations) conn.qp().post_recv(rx::recv{in}.id(1));
+        conn.qp().post(rx::send{out.first(len)}.id(2));
+        for (bool sent = false; !sent;) { // the echo's completion; the next message's may come first
+            auto const wc = conn.cq().wait_one();
+            wc.throw_if_error();
+            if (wc.wr_id() == 2)
+                sent = true;
+            else
+                received = wc.byte_len();
+        }
     }
     if (!conn.wait_disconnected(30s)) {
         std::fprintf(stderr, "cm_server: the client did not disconnect\n");
