@@ -36,6 +36,20 @@ def failed_cases(output: str) -> str:
     return "\n=====\n".join(bad[:20] + [tail])
 
 
+def failed_case_lines(output: str, limit: int = 4) -> list[str]:
+    """For the closing summary: each failed test case's name and its first error line (at most
+    `limit`, each line cut to 240 characters), so the tail of a run names what failed."""
+    lines = []
+    for block in re.split(r"^={20,}$", output, flags=re.MULTILINE):
+        error = re.search(r"^.*\b(?:ERROR|FATAL ERROR|CRASHED)\b.*$", block, re.MULTILINE)
+        if not error:
+            continue
+        case = re.search(r"^TEST CASE:\s*(.*)$", block, re.MULTILINE)
+        name = case.group(1).strip() if case else "?"
+        lines.append(f"{name}: {error.group(0).strip()}"[:240])
+    return lines[:limit]
+
+
 @dataclass
 class MesonTest:
     """One test of a `meson test` run, as meson-logs/testlog.json records it."""
@@ -97,7 +111,8 @@ class Tally:
         passed, failed = counts
         self.ok(name, passed)
         if failed:
-            self.bad(f"{name} ({failed} test cases)", failed)
+            cases = "".join(f"\n  {line}" for line in failed_case_lines(output))
+            self.bad(f"{name} ({failed} test cases){cases}", failed)
         elif status != 0:
             self.bad(f"{name} (exit {status})")
 

@@ -36,6 +36,15 @@ class FailedCases(unittest.TestCase):
         self.assertNotIn("all good", text)
         self.assertIn("[doctest] test cases: 80", text)
 
+    def test_the_summary_names_each_failed_case_and_its_first_error(self):
+        out = ("=" * 79 + "\nx.cpp:40:\nTEST CASE:  broken\n\n"
+               "x.cpp:41: ERROR: CHECK( a == b ) is NOT correct!\n" + "=" * 79 + "\n" + SUMMARY)
+        t = Tally()
+        t.doctest("device", out, 1)
+        self.assertEqual(t.failed, 2)
+        self.assertIn("device (2 test cases)\n  broken: x.cpp:41: ERROR: CHECK( a == b ) is NOT correct!",
+                      t.failures)
+
 
 class TallyCounts(unittest.TestCase):
     def test_doctest_failures_and_crashes(self):
