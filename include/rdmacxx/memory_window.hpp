@@ -75,6 +75,13 @@ inline ibv_mw_bind_info bind_info(ibv_mw const* mw, memory_region const& mr, std
 ///   and revoked by `local_invalidate` on that QP or by the peer's `send_inv`; then it may be
 ///   bound again.
 ///
+/// Each bind gives the window its next rkey (ibv_inc_rkey(3)): only the low byte changes, so the
+/// 257th bind would give it the rkey of the first again, and a peer still holding that one (a
+/// late WRITE after a timeout) would reach the new bind's memory. A window is therefore bound
+/// at most `max_binds` (256) times: the next bind is refused with `argument_error` before
+/// anything is posted (`binds_left()` says how many remain); allocate a new window then, whose
+/// rkey has a new index. Unbinding (type 1) and invalidating (type 2) are never refused.
+///
 /// `remote()` is the span a peer needs (address, length, rkey) of the last bind. The region must
 /// be registered with `access::mw_bind`. Owns the handle; move-only (a moved-from window is
 /// empty); references its protection domain, which must outlive it. Unbind or invalidate a
@@ -89,6 +96,8 @@ class memory_window {
 public:
     /// The window type.
     static constexpr unsigned type = Type;
+    /// Binds a window takes before its rkey would repeat one it has had (the key byte's 256 values).
+    static constexpr std::uint32_t max_binds = 256;
 
     /// Allocates a window of this type in `pd`.
     /// @throws not_supported_error naming ibv_alloc_mw and the device when the device has no
@@ -100,7 +109,7 @@ public:
     memory_window(memory_window&& other) noexcept
         : pd_(other.pd_), handle_(std::move(other.handle_)), rkey_(std::exchange(other.rkey_, 0)),
           address_(std::exchange(other.address_, 0)), length_(std::exchange(other.length_, 0)),
-          mr_(std::exchange(other.mr_, nullptr)) {}
+          mr_(std::exchange(other.mr_, nullptr)), binds_(std::exchange(other.binds_, max_binds)) {}
     /// Deallocates the window held, then takes over `other`'s; `other` is left empty.
     memory_window& operator=(memory_window&& other) noexcept {
         if (this != &other) {
@@ -110,6 +119,7 @@ public:
             address_ = std::exchange(other.address_, 0);
             length_ = std::exchange(other.length_, 0);
             mr_ = std::exchange(other.mr_, nullptr);
+            binds_ = std::exchange(other.binds_, max_binds);
         }
         return *this;
     }
@@ -127,6 +137,9 @@ public:
     [[nodiscard]] remote_span<T> remote() const noexcept {
         return {address_, length_ / sizeof(T), rkey_};
     }
+    /// Binds left before the window's rkey would repeat (`max_binds` less the binds and unbinds
+    /// posted so far); 0 in a moved-from window.
+    [[nodiscard]] std::uint32_t binds_left() const noexcept { return max_binds - binds_; }
     /// The protection domain, wherever it has moved to.
     /// @throws orphaned_error when the protection domain was destroyed.
     [[nodiscard]] protection_domain& pd() const { return pd_.get("memory window", "protection domain"); }
@@ -144,8 +157,8 @@ public:
     ///          successfully. After a failed completion the window is unusable: destroy it.
     /// @throws argument_error (nothing posted) for bytes beyond the region, a region without
     ///         `access::mw_bind` (or without local write for remote write or atomic), rights a
-    ///         window cannot grant, or a region of another domain; sys_error when ibv_bind_mw(3)
-    ///         refuses.
+    ///         window cannot grant, a region of another domain, or a window with no `binds_left()`;
+    ///         sys_error when ibv_bind_mw(3) refuses.
     template <class QueuePair>
         requires(Type == 1 && (QueuePair::transport_type::send_ops & IBV_QP_EX_WITH_BIND_MW) != 0 &&
                  !detail::tracks_in_flight<typename QueuePair::completion_type>)
@@ -155,6 +168,7 @@ public:
         bind.wr_id = wr_id;
         bind.send_flags = IBV_SEND_SIGNALED;
         bind.bind_info = detail::bind_info(handle_.get(), mr, offset, length, rights);
+        require_fresh_rkey();
         post_bind(qp.native_handle(), bind);
         address_ = bind.bind_info.addr;
         length_ = length;
@@ -201,11 +215,20 @@ private:
         }
         return mw;
     }
-    // ibv_bind_mw sets the window's new rkey in the handle when it posts.
+    // ibv_bind_mw sets the window's new rkey in the handle when it posts (an unbind too).
     void post_bind(ibv_qp* qp, ibv_mw_bind& bind) {
         if (int rc = ::ibv_bind_mw(qp, handle_.get(), &bind); rc != 0) [[unlikely]]
             detail::throw_sys(rc, "ibv_bind_mw", "binding a type 1 memory window");
         rkey_ = handle_->rkey;
+        ++binds_;
+    }
+    // A bind's rkey must be one the window has not had: refused once the key byte has gone round.
+    void require_fresh_rkey() const {
+        if (binds_ >= max_binds) [[unlikely]]
+            detail::throw_argument(
+                "binding memory window " + std::to_string(rkey_ >> 8) + " a " + std::to_string(max_binds + 1) +
+                "th time: its rkey would repeat one it has had (rkey " + std::to_string(::ibv_inc_rkey(rkey_)) +
+                "), which a peer may still hold; allocate a new window");
     }
 
     struct deleter {
@@ -216,7 +239,8 @@ private:
     std::uint32_t rkey_ = 0;
     std::uint64_t address_ = 0;
     std::size_t length_ = 0;
-    ibv_mr* mr_ = nullptr; // the region of the last bind (unbind names it)
+    ibv_mr* mr_ = nullptr;    // the region of the last bind (unbind names it)
+    std::uint32_t binds_ = 0; // binds and unbinds posted: each gave it the next rkey
 };
 
 /// BIND MW: binds a type 2 `memory_window` to `length` bytes at `offset` of a region with a
@@ -246,12 +270,13 @@ public:
     /// Binds `window` to `length` bytes at `offset` of `mr`, granting `rights`.
     /// @throws argument_error (nothing posted) for a moved-from window or region, no bytes, bytes
     ///         beyond the region, a region without `access::mw_bind` (or without local write for
-    ///         remote write or atomic) or zero-based, rights a window cannot grant, or a region
-    ///         of another domain.
+    ///         remote write or atomic) or zero-based, rights a window cannot grant, a region
+    ///         of another domain, or a window with no `binds_left()` (its rkey would repeat).
     bind_mw(memory_window<2>& window, memory_region const& mr, std::size_t offset, std::size_t length, access rights)
         : send_wr_base(sg_list<0>{}), window_(&window), mw_(window.native_handle()),
           info_(detail::bind_info(window.native_handle(), mr, offset, length, rights)),
           rkey_(::ibv_inc_rkey(window.rkey_)) {
+        window.require_fresh_rkey();
         if (length == 0) [[unlikely]]
             detail::throw_argument(
                 "binding a type 2 memory window to no bytes: invalidate it instead (local_invalidate)");
@@ -269,6 +294,7 @@ public:
     void posted() const noexcept {
         mw_->rkey = rkey_;
         window_->rkey_ = rkey_;
+        ++window_->binds_;
         window_->address_ = info_.addr;
         window_->length_ = info_.length;
         window_->mr_ = info_.mr;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <string>
 
 namespace rx = rdmacxx;
@@ -194,4 +195,55 @@ TEST_CASE("a bind_mw request refused before posting, or never posted, leaves its
     CHECK(moved.rkey() == ::ibv_inc_rkey(allocated));
     CHECK(moved.remote().rkey() == bind.rkey());
     write_and_read_through(lb, moved.remote(), region, 0);
+}
+
+TEST_CASE("a memory window takes 256 binds, each with an rkey of its own; the next is refused, and the first "
+          "bind's rkey stays revoked") {
+    test::loopback<rx::rc, rx::busy_poll> lb;
+    test::buffer region(lb.pd, 4096, std::byte{0}, window_region);
+    constexpr std::uint32_t max_binds = rx::memory_window<2>::max_binds;
+    auto const refused_again = [](auto&& bind) {
+        try {
+            bind();
+            FAIL("a bind past max_binds was not refused");
+        } catch (rx::argument_error const& e) {
+            CHECK(std::string{e.what()}.find("rkey would repeat") != std::string::npos);
+        }
+    };
+
+    rx::memory_window<2> mw(lb.pd);
+    std::set<std::uint32_t> rkeys;
+    rx::remote_span<std::byte> first;
+    for (std::uint32_t i = 0; i < max_binds; ++i) {
+        REQUIRE(mw.binds_left() == max_binds - i);
+        lb.a.post(rx::bind_mw{mw, region.mr, 0, 512, read_write});
+        ok(lb.cq_a, IBV_WC_BIND_MW);
+        if (i == 0) first = mw.remote();
+        rkeys.insert(mw.rkey());
+        lb.a.post(rx::local_invalidate{mw});
+        ok(lb.cq_a, IBV_WC_LOCAL_INV);
+    }
+    CHECK(rkeys.size() == max_binds);
+    CHECK(mw.binds_left() == 0);
+    std::uint32_t const last = mw.rkey();
+    refused_again([&] { lb.a.post(rx::bind_mw{mw, region.mr, 0, 512, read_write}); });
+    CHECK(mw.rkey() == last);
+    CHECK_FALSE(lb.cq_a.wait_one(100ms).has_value()); // nothing was posted
+
+    // Type 1 counts its binds the same way.
+    rx::memory_window<1> mw1(lb.pd);
+    for (std::uint32_t i = 0; i < max_binds; ++i) {
+        (void)mw1.bind(lb.a, region.mr, 0, 256, read_write);
+        ok(lb.cq_a, IBV_WC_BIND_MW);
+    }
+    refused_again([&] { (void)mw1.bind(lb.a, region.mr, 0, 256, read_write); });
+    mw1.unbind(lb.a); // revoking is never refused
+    ok(lb.cq_a, IBV_WC_BIND_MW);
+
+    // A new window serves; the first window's first rkey, never handed out again, still fails.
+    rx::memory_window<2> fresh(lb.pd);
+    lb.a.post(rx::bind_mw{fresh, region.mr, 1024, 512, read_write});
+    ok(lb.cq_a, IBV_WC_BIND_MW);
+    write_and_read_through(lb, fresh.remote(), region, 1024);
+    write_is_refused(lb, first, region, 0);
 }
