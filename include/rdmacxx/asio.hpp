@@ -17,6 +17,7 @@
 /// - rdmacxx/asio/cm_engine.hpp: `cm_engine` (the Asio driver of the CM engine), `cm_acceptor`,
 ///   `async_connect`, `async_accept`;
 /// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events);
+/// - rdmacxx/asio/thread_rule.hpp: `thread_error`, the refusal of a second thread;
 /// - rdmacxx/asio/descriptor.hpp: the duplicated descriptors they wait on (internal);
 /// - rdmacxx/asio/op_slot.hpp, rdmacxx/asio/post_pool.hpp: the dispatcher's operation slots and
 ///   the pool its posted handlers are allocated from (internal).
@@ -31,3 +32,4 @@
 #include "rdmacxx/asio/operations.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/asio/receive_pool.hpp"
+#include "rdmacxx/asio/thread_rule.hpp"

@@ -7,6 +7,7 @@
 /// completion signature is `void(std::exception_ptr, std::optional<cm::connection<T, C, Post>>)`.
 
 #include "rdmacxx/asio/descriptor.hpp"
+#include "rdmacxx/asio/thread_rule.hpp"
 #include "rdmacxx/cm/listener.hpp"
 #include "rdmacxx/detail/callback.hpp"
 
@@ -43,8 +44,10 @@ namespace io {
 ///
 /// Lifetime: it must outlive the operations started on it; connections made on it may outlive
 /// it (see `cm::engine`). Not movable.
-/// Thread-safety: not thread-safe; use it from the executor's one thread (a single-threaded
-/// `io_context`, or a strand).
+/// Thread-safety: not thread-safe; use it from one thread at a time (a single-threaded
+/// `io_context`): with the thread check (thread_rule.hpp, on unless `NDEBUG`), a second thread
+/// that runs its handler or starts an operation on it while it has work is refused with
+/// `io::thread_error`.
 /// @see cm::engine
 class cm_engine {
 public:
@@ -72,6 +75,7 @@ public:
     /// Starts waiting if it is not, and brings the timer forward to the engine's next deadline if
     /// that comes sooner: the operations call it.
     void arm() {
+        thread_.check(who);
         if (armed_) {
             if (auto const t = engine_.timeout(); t && std::chrono::steady_clock::now() + *t < timer_.expiry())
                 arm_timer(); // a handshake started meanwhile has an earlier deadline
@@ -117,11 +121,15 @@ private:
     // The descriptor or the timer fired: process, then wait again while there is work — also
     // when a completion or callback threw out of process() (the exception then leaves run()).
     void wake() {
+        thread_.enter(who);
         stop();
         struct rearm {
             cm_engine& self;
             ~rearm() {
-                if (self.engine_.pending() != 0 || self.engine_.registered() != 0) self.arm();
+                if (self.engine_.pending() != 0 || self.engine_.registered() != 0)
+                    self.arm();
+                else
+                    self.thread_.release(); // nothing left: the next thread to use it may
             }
         } const again{*this};
         (void)engine_.process();
@@ -134,6 +142,8 @@ private:
     std::uint64_t generation_ = 0; // of the current waits: older ones are ignored
     // Read by the handlers of waits that complete after the destructor ran.
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+    [[no_unique_address]] detail::thread_rule thread_; // who may use it now
+    static constexpr char const* who = "a CM engine";
 
 public:
     /// @cond

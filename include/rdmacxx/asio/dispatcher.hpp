@@ -9,6 +9,7 @@
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
+#include "rdmacxx/asio/thread_rule.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/ownership.hpp"
@@ -114,10 +115,12 @@ enum class cq_mode {
 /// post, which it uses on any other executor (a strand, another `io_context`), allocates from a
 /// per-thread cache of 2 blocks and then from the heap. A channel in error (POLLERR: its device
 /// is gone) fails every pending operation with EIO.
-/// Thread-safety: not thread-safe; use it, its operations and its CQs from the one thread
-/// running its executor's `io_context` (a single-threaded `io_context`: with several threads in
-/// `run()`, another thread may take the descriptor's edge between the dispatcher's look and its
-/// wait). A routed CQ carries only requests posted through the dispatcher, and the channel has
+/// Thread-safety: not thread-safe; use it, its operations and its CQs from one thread at a time
+/// (a single-threaded `io_context`: with several threads in `run()`, another thread may take the
+/// descriptor's edge between the dispatcher's look and its wait). With the thread check
+/// (thread_rule.hpp, on unless `NDEBUG`), a second thread that runs one of its handlers or
+/// starts or cancels one of its operations while another has operations pending is refused with
+/// `io::thread_error`. A routed CQ carries only requests posted through the dispatcher, and the channel has
 /// no other consumer (`cq.wait()` on it would take the dispatcher's events).
 ///
 /// Ownership (see docs/ownership.md): the dispatcher finds its channel and its CQs through
@@ -159,7 +162,7 @@ public:
           pool_(std::move(other.pool_)), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
           cancelled_(std::exchange(other.cancelled_, 0U)), stray_(other.stray_), cancel_(other.cancel_),
           pools_(std::move(other.pools_)), reading_(std::exchange(other.reading_, false)),
-          sweep_queued_(std::exchange(other.sweep_queued_, false)) {}
+          sweep_queued_(std::exchange(other.sweep_queued_, false)), thread_(std::move(other.thread_)) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
     /// no-op.
@@ -309,6 +312,7 @@ public:
     // storing the handler throws, no slot is taken and the cancellation slot is left empty.
     template <class Completer, class Handler>
     std::uint32_t acquire(Handler& handler, bool batch, ibv_qp* qp = nullptr, ibv_cq* cq = nullptr) {
+        thread_.check(who);
         if (free_ == slots_.size()) [[unlikely]]
             return npos;
         std::uint32_t const index = free_;
@@ -381,6 +385,7 @@ public:
         detail::post_from(pool_, ex_, [self = anchor_.cell()] {
             completion_dispatcher* const d = self.get_if(); // wherever it has moved to; null: gone
             if (d == nullptr) return;
+            d->thread_.enter(who);
             d->sweep_queued_ = false;
             try {
                 d->sweep();
@@ -408,6 +413,7 @@ public:
             detail::post_from(pool_, ex_, [self = anchor_.cell()] {
                 completion_dispatcher* const d = self.get_if();
                 if (d == nullptr) return;
+                d->thread_.enter(who);
                 d->reading_ = false;
                 d->on_readable({});
             });
@@ -418,6 +424,7 @@ public:
                                [self = anchor_.cell()](std::error_code ec) {
                                    completion_dispatcher* const d = self.get_if();
                                    if (d == nullptr) return;
+                                   d->thread_.enter(who);
                                    d->reading_ = false;
                                    if (ec == ::asio::error::operation_aborted) { // nothing was pending
                                        if (d->pending_ != 0) d->ensure_reading();
@@ -452,6 +459,7 @@ private:
             if ((type & ::asio::cancellation_type::terminal) == ::asio::cancellation_type::none) return;
             completion_dispatcher* const d = self.get_if();
             if (d == nullptr) return; // the dispatcher is gone, and its operations with it
+            d->thread_.check(who);
             d->abort(index, generation);
         }
     };
@@ -501,6 +509,7 @@ private:
 
     // With nothing pending, the descriptor's wait goes, so that io_context::run can return.
     void stop_reading_when_idle() {
+        if (pending_ == 0) thread_.release();
         if (pending_ == 0 && reading_) {
             std::error_code ignored;
             descriptor_.cancel(ignored);
@@ -660,6 +669,8 @@ private:
     std::vector<pool_entry> pools_; // the receive pools it routes to
     bool reading_ = false;
     bool sweep_queued_ = false;
+    [[no_unique_address]] detail::thread_rule thread_; // who may use it now (thread_rule.hpp)
+    static constexpr char const* who = "a completion dispatcher";
 };
 
 } // namespace io

@@ -97,7 +97,8 @@ void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, P
 /// and untouched until the operation completes; a cancelled operation completes only once its
 /// request's completion has been reaped (`cancel_mode` says what the cancellation does meanwhile).
 /// Requests the transport does not allow do not compile. `qp`'s send CQ must be added to `d`.
-/// Thread-safety: on `d`'s executor only.
+/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_send(3)
 template <transport Transport, completion_strategy Completion, post_policy Post, class... Wrs, class Token>
     requires(postable_on<Wrs, Transport>&&...)
@@ -128,7 +129,8 @@ auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 /// Posts receive `r` to `qp`'s receive queue and completes with its completion (`byte_len()`,
 /// `imm_data()`, …), errors as `async_post`'s (a QP moved to ERR, e.g. by a peer's disconnect,
 /// completes it with `IBV_WC_WR_FLUSH_ERR`). `qp`'s receive CQ must be added to `d`.
-/// Thread-safety: on `d`'s executor only.
+/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_recv(3)
 template <transport Transport, completion_strategy Completion, post_policy Post, recv_work_request Recv, class Token>
 auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Recv const& r, Token&& token) {
@@ -150,7 +152,8 @@ auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 /// it, from whichever QP (`qp_num()` says which). Receives in an SRQ are not flushed when a QP
 /// goes: they wait for the next message. Cancelling one waits for that message too, under either
 /// `cancel_mode` (an SRQ has no QP to move to ERR). The CQ of the QPs on `srq` must be added to `d`.
-/// Thread-safety: on `d`'s executor only.
+/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_srq_recv(3)
 template <recv_work_request Recv, class Token>
 auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const& r, Token&& token) {
@@ -174,7 +177,8 @@ auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const&
 /// `operation_aborted` and takes nothing. `out` must stay valid until it completes.
 /// @throws argument_error when `cq` is not a batch CQ of `d` or already has a wait pending
 ///         (nothing started); sys_error when polling or arming fails.
-/// Thread-safety: on `d`'s executor only.
+/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_poll_cq(3), ibv_req_notify_cq(3)
 template <class Completion, class Token>
 auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std::span<work_completion> out,

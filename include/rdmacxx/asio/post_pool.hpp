@@ -4,12 +4,15 @@
 /// handlers it posts (each operation's completion, its own polling sweeps), so that posting takes
 /// no heap memory in steady state. Internal to rdmacxx/asio/dispatcher.hpp.
 
+#include "rdmacxx/asio/thread_rule.hpp"
+
 #include <asio/any_io_executor.hpp>
 #include <asio/bind_allocator.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -24,8 +27,10 @@ namespace io::detail {
 
 /// A fixed number of blocks of `block_bytes` bytes, handed out and taken back in any order
 /// (a free list), for handlers posted to one `io_context`, its owner. Made once, never grown.
-/// Not thread-safe: used only from the one thread that runs its owner (`post_from` posts
-/// handlers bound to any other context as Asio does).
+/// Used only from the one thread that runs its owner (`post_from` posts handlers bound to any
+/// other context as Asio does). With the thread check (thread_rule.hpp) its free list is also
+/// locked: a second thread is refused when its handler starts, after Asio has given that
+/// handler's block back, and the list stays whole until then.
 class post_pool {
 public:
     /// Bytes of one block: an `io_context` operation around a posted handler and its bound
@@ -44,6 +49,7 @@ public:
 
     /// A block for `bytes` bytes, or null when `bytes` is over `block_bytes` or none is free.
     [[nodiscard]] void* take(std::size_t bytes) noexcept {
+        [[maybe_unused]] list_lock const lock{busy_};
         if (bytes > block_bytes || free_.empty()) return nullptr;
         void* p = free_.back();
         free_.pop_back();
@@ -54,6 +60,7 @@ public:
         auto const at = reinterpret_cast<std::uintptr_t>(p);
         auto const first = reinterpret_cast<std::uintptr_t>(arena_.get());
         if (at < first || at >= first + count_ * sizeof(block)) return false;
+        [[maybe_unused]] list_lock const lock{busy_};
         free_.push_back(p);
         return true;
     }
@@ -70,6 +77,24 @@ private:
     std::size_t count_;
     ::asio::execution_context const* owner_;
     std::vector<void*> free_;
+#if RDMACXX_ASIO_THREAD_CHECK
+    // Holds the free list for one take or give.
+    struct list_lock {
+        explicit list_lock(std::atomic_flag& flag) noexcept : held(flag) {
+            while (held.test_and_set(std::memory_order_acquire)) {}
+        }
+        list_lock(list_lock const&) = delete;
+        list_lock& operator=(list_lock const&) = delete;
+        ~list_lock() { held.clear(std::memory_order_release); }
+        std::atomic_flag& held;
+    };
+    std::atomic_flag busy_{};
+#else
+    struct list_lock {
+        explicit list_lock(int /*unused*/) noexcept {}
+    };
+    static constexpr int busy_ = 0;
+#endif
 };
 
 /// An allocator over a shared `post_pool`: a block when the request fits and one is free,

@@ -1,0 +1,130 @@
+// The Asio adapter's thread rule on a real device (rdmacxx/asio/thread_rule.hpp): a dispatcher
+// is used from one thread at a time. Two threads in one io_context's run() with SENDs and
+// receives in flight: the second thread to touch the dispatcher is refused with thread_error,
+// out of its run(). A dispatcher left idle by one thread may be used by another. Bounded: the
+// two-thread run stops at the refusal or after 10 s, and then fails.
+#include "asio_fixture.hpp"
+#include "fixture.hpp"
+
+#include <asio/post.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+
+namespace rx = rdmacxx;
+namespace rxa = rdmacxx::io;
+
+namespace {
+
+// Ping-pong traffic on an asio_pair: `lanes` SEND/receive pairs in flight, each starting the next
+// from its handler, until `stop` is set or `rounds` pairs have completed.
+struct traffic {
+    explicit traffic(test::asio_pair<>& pair, std::size_t lanes)
+        : p(pair), buf(pair.pd, lanes * 2 * 64), lanes_(lanes) {}
+
+    void start() {
+        for (std::size_t l = 0; l < lanes_; ++l)
+            lane(l);
+    }
+    void lane(std::size_t l) {
+        if (stop.load()) return;
+        auto const mine = buf.span().subspan(l * 128, 64);
+        auto const theirs = buf.span().subspan(l * 128 + 64, 64);
+        auto left = std::make_shared<int>(2);
+        auto done = [this, l, left](std::error_code ec, rx::work_completion) {
+            if (ec) failed.store(true);
+            if (--*left == 0) {
+                rounds.fetch_add(1);
+                lane(l);
+            }
+        };
+        rxa::async_recv(p.d, p.b, rx::recv{theirs}, done);
+        rxa::async_post(p.d, p.a, rx::send{mine}, done);
+    }
+
+    test::asio_pair<>& p;
+    test::buffer buf;
+    std::size_t lanes_;
+    std::atomic<bool> stop{false};
+    std::atomic<bool> failed{false};
+    std::atomic<std::uint64_t> rounds{0};
+};
+
+} // namespace
+
+#if RDMACXX_ASIO_THREAD_CHECK
+TEST_CASE("asio: a second thread in run() is refused with thread_error, out of its run()") {
+    test::asio_pair<> p{128, rxa::cancel_mode::wait};
+    traffic t{p, 16};
+    t.start();
+    std::mutex m;
+    std::optional<rxa::thread_error> refused;
+    std::string other;
+    std::atomic<int> ended{0};
+    auto runner = [&] {
+        try {
+            p.io.run_for(std::chrono::seconds{10});
+        } catch (rxa::thread_error const& e) {
+            std::scoped_lock const lock{m};
+            if (!refused) refused.emplace(e);
+            p.io.stop(); // the dispatcher is not to be used again: the first runner stops too
+        } catch (std::exception const& e) {
+            std::scoped_lock const lock{m};
+            other = e.what();
+            p.io.stop();
+        }
+        ended.fetch_add(1);
+    };
+    std::thread first{runner}, second{runner};
+    first.join();
+    second.join();
+    t.stop.store(true);
+    CHECK(other.empty());
+    REQUIRE_MESSAGE(refused.has_value(), "two threads ran the dispatcher for 10 s ("
+                                             << t.rounds.load() << " round trips) and neither was refused");
+    CHECK(refused->code() == std::make_error_code(std::errc::operation_not_permitted));
+    std::string const what = refused->what();
+    CHECK(what.find("a completion dispatcher") != std::string::npos);
+    CHECK(what.find("one thread at a time") != std::string::npos);
+    MESSAGE("refused after " << t.rounds.load() << " round trips: " << what);
+    // Teardown: the dispatcher, with operations pending, destroys their handlers uncalled.
+}
+#endif
+
+TEST_CASE("asio: a dispatcher left idle by one thread is used by another") {
+    test::asio_pair<> p{128, rxa::cancel_mode::wait};
+    traffic t{p, 4};
+    std::uint64_t const per_thread = 200;
+    for (int turn = 0; turn < 3; ++turn) {
+        std::exception_ptr error;
+        std::thread runner{[&] {
+            try {
+                t.stop.store(false);
+                std::uint64_t const goal = t.rounds.load() + per_thread;
+                ::asio::post(p.io, [&] { t.start(); });
+                // Stop starting new pairs once this thread's share is done; run() returns when the
+                // last one has completed and the dispatcher is idle.
+                auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{20};
+                while (!p.io.stopped() && t.rounds.load() < goal && std::chrono::steady_clock::now() < deadline)
+                    p.io.run_one_for(std::chrono::milliseconds{100});
+                t.stop.store(true);
+                test::run_bounded(p.io);
+            } catch (...) {
+                error = std::current_exception();
+            }
+        }};
+        runner.join();
+        if (error) std::rethrow_exception(error);
+        REQUIRE(p.d.in_flight() == 0);
+    }
+    CHECK_FALSE(t.failed.load());
+    CHECK(t.rounds.load() >= 3 * per_thread);
+}
