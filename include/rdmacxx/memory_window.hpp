@@ -75,12 +75,16 @@ inline ibv_mw_bind_info bind_info(ibv_mw const* mw, memory_region const& mr, std
 ///   and revoked by `local_invalidate` on that QP or by the peer's `send_inv`; then it may be
 ///   bound again.
 ///
-/// Each bind gives the window its next rkey (ibv_inc_rkey(3)): only the low byte changes, so the
-/// 257th bind would give it the rkey of the first again, and a peer still holding that one (a
-/// late WRITE after a timeout) would reach the new bind's memory. A window is therefore bound
-/// at most `max_binds` (256) times: the next bind is refused with `argument_error` before
-/// anything is posted (`binds_left()` says how many remain); allocate a new window then, whose
-/// rkey has a new index. Unbinding (type 1) and invalidating (type 2) are never refused.
+/// Each bind (a type 1 unbind too) gives the window its next rkey (ibv_inc_rkey(3)): only the
+/// low byte changes, so after 256 of them the next would give it the rkey of the first again, and
+/// a peer still holding that one (a late WRITE after a timeout) would reach the new bind's
+/// memory. A window therefore takes at most `max_binds` (256) binds and unbinds together: the
+/// next bind is refused with `argument_error` before anything is posted (`binds_left()` says how
+/// many remain); then use a new window, and keep the old one allocated (invalidated or unbound)
+/// while a peer may still hold its rkeys, since a freed window's index may be given to the next
+/// window allocated. Unbinding (type 1) and invalidating (type 2) are never refused. The check is
+/// made when a `bind_mw` is built, which names the rkey: build it just before posting it, and
+/// post it once.
 ///
 /// `remote()` is the span a peer needs (address, length, rkey) of the last bind. The region must
 /// be registered with `access::mw_bind`. Owns the handle; move-only (a moved-from window is
@@ -96,7 +100,8 @@ class memory_window {
 public:
     /// The window type.
     static constexpr unsigned type = Type;
-    /// Binds a window takes before its rkey would repeat one it has had (the key byte's 256 values).
+    /// Binds and unbinds a window takes before its rkey would repeat one it has had (the key
+    /// byte's 256 values).
     static constexpr std::uint32_t max_binds = 256;
 
     /// Allocates a window of this type in `pd`.
@@ -139,7 +144,7 @@ public:
     }
     /// Binds left before the window's rkey would repeat (`max_binds` less the binds and unbinds
     /// posted so far); 0 in a moved-from window.
-    [[nodiscard]] std::uint32_t binds_left() const noexcept { return max_binds - binds_; }
+    [[nodiscard]] std::uint32_t binds_left() const noexcept { return binds_ >= max_binds ? 0 : max_binds - binds_; }
     /// The protection domain, wherever it has moved to.
     /// @throws orphaned_error when the protection domain was destroyed.
     [[nodiscard]] protection_domain& pd() const { return pd_.get("memory window", "protection domain"); }
@@ -226,9 +231,11 @@ private:
     void require_fresh_rkey() const {
         if (binds_ >= max_binds) [[unlikely]]
             detail::throw_argument(
-                "binding memory window " + std::to_string(rkey_ >> 8) + " a " + std::to_string(max_binds + 1) +
-                "th time: its rkey would repeat one it has had (rkey " + std::to_string(::ibv_inc_rkey(rkey_)) +
-                "), which a peer may still hold; allocate a new window");
+                "binding memory window " + std::to_string(rkey_ >> 8) + " after " + std::to_string(binds_) +
+                " binds and unbinds: its rkey would repeat one it has had (rkey " +
+                std::to_string(::ibv_inc_rkey(rkey_)) +
+                "), which a peer may still hold; use a new window, and keep this one allocated while a peer may "
+                "hold its rkeys");
     }
 
     struct deleter {

@@ -31,7 +31,7 @@ TEST_CASE("asio: lent memory is revoked when the wait times out; the peer's late
     constexpr std::size_t rounds = 300;
     constexpr rx::access lent_rights = rx::access::remote_read | rx::access::remote_write;
     test::buffer region(p.pd, 8 * slice, std::byte{0}, rx::access::local_write | rx::access::mw_bind);
-    test::buffer late(p.pd, slice, std::byte{0x5a});
+    test::buffer late(p.pd, slice, std::byte{0xff}); // never a reused byte (below)
     std::deque<rx::memory_window<2>> windows;
     windows.emplace_back(p.pd);
     std::set<std::uint32_t> rkeys;
@@ -73,7 +73,7 @@ TEST_CASE("asio: lent memory is revoked when the wait times out; the peer's late
 
         // Revoke before reusing: the handler of the invalidate runs once the device has done it.
         REQUIRE_FALSE(await_post(p.a, rx::local_invalidate{window}));
-        auto const reused = static_cast<std::byte>(i & 0xff);
+        auto const reused = static_cast<std::byte>(i % 255);
         std::memset(region.bytes_.data() + offset, static_cast<int>(reused), slice);
 
         // The peer's late WRITE through the span it was lent.

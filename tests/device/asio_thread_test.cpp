@@ -1,8 +1,9 @@
 // The Asio adapter's thread rule on a real device (rdmacxx/asio/thread_rule.hpp): a dispatcher
 // is used from one thread at a time. Two threads in one io_context's run() with SENDs and
-// receives in flight: the second thread to touch the dispatcher is refused with thread_error,
-// out of its run(). A dispatcher left idle by one thread may be used by another. Bounded: the
-// two-thread run stops at the refusal or after 10 s, and then fails.
+// receives in flight: the thread that enters the dispatcher while the other is inside is
+// refused with thread_error, out of its run(). A dispatcher handed from thread to thread (run,
+// join, run elsewhere) keeps working. Bounded: the two-thread run stops at the refusal or after
+// 10 s, and then fails.
 #include "asio_fixture.hpp"
 #include "fixture.hpp"
 
@@ -15,6 +16,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -38,7 +40,7 @@ struct traffic {
         if (stop.load()) return;
         auto const mine = buf.span().subspan(l * 128, 64);
         auto const theirs = buf.span().subspan(l * 128 + 64, 64);
-        auto left = std::make_shared<int>(2);
+        auto left = std::make_shared<std::atomic<int>>(2);
         auto done = [this, l, left](std::error_code ec, rx::work_completion) {
             if (ec) failed.store(true);
             if (--*left == 0) {
@@ -99,32 +101,38 @@ TEST_CASE("asio: a second thread in run() is refused with thread_error, out of i
 }
 #endif
 
-TEST_CASE("asio: a dispatcher left idle by one thread is used by another") {
+TEST_CASE("asio: a dispatcher handed from thread to thread keeps working") {
     test::asio_pair<> p{128, rxa::cancel_mode::wait};
     traffic t{p, 4};
-    std::uint64_t const per_thread = 200;
-    for (int turn = 0; turn < 3; ++turn) {
-        std::exception_ptr error;
-        std::thread runner{[&] {
-            try {
-                t.stop.store(false);
-                std::uint64_t const goal = t.rounds.load() + per_thread;
-                ::asio::post(p.io, [&] { t.start(); });
-                // Stop starting new pairs once this thread's share is done; run() returns when the
-                // last one has completed and the dispatcher is idle.
-                auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{20};
-                while (!p.io.stopped() && t.rounds.load() < goal && std::chrono::steady_clock::now() < deadline)
-                    p.io.run_one_for(std::chrono::milliseconds{100});
-                t.stop.store(true);
-                test::run_bounded(p.io);
-            } catch (...) {
-                error = std::current_exception();
-            }
-        }};
-        runner.join();
-        if (error) std::rethrow_exception(error);
-        REQUIRE(p.d.in_flight() == 0);
-    }
+    std::uint64_t const per_turn = 200;
+    std::set<std::thread::id> ran_on;
+    // One turn: start the traffic, run until this turn's share is done, then let the pairs in
+    // flight finish (run() returns when the dispatcher has nothing pending).
+    auto turn = [&] {
+        ran_on.insert(std::this_thread::get_id());
+        t.stop.store(false);
+        std::uint64_t const goal = t.rounds.load() + per_turn;
+        ::asio::post(p.io, [&] { t.start(); });
+        auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{20};
+        while (!p.io.stopped() && t.rounds.load() < goal && std::chrono::steady_clock::now() < deadline)
+            p.io.run_one_for(std::chrono::milliseconds{100});
+        t.stop.store(true);
+        test::run_bounded(p.io);
+        REQUIRE(t.rounds.load() >= goal);
+    };
+    turn(); // the main thread
+    std::exception_ptr error;
+    std::thread worker{[&] {
+        try {
+            turn(); // a worker, while the main thread waits
+        } catch (...) {
+            error = std::current_exception();
+        }
+    }};
+    worker.join();
+    if (error) std::rethrow_exception(error);
+    turn(); // the main thread again
+    CHECK(ran_on.size() == 2);
     CHECK_FALSE(t.failed.load());
-    CHECK(t.rounds.load() >= 3 * per_thread);
+    CHECK(p.d.in_flight() == 0);
 }

@@ -239,6 +239,7 @@ TEST_CASE("a memory window takes 256 binds, each with an rkey of its own; the ne
     refused_again([&] { (void)mw1.bind(lb.a, region.mr, 0, 256, read_write); });
     mw1.unbind(lb.a); // revoking is never refused
     ok(lb.cq_a, IBV_WC_BIND_MW);
+    CHECK(mw1.binds_left() == 0);
 
     // A new window serves; the first window's first rkey, never handed out again, still fails.
     rx::memory_window<2> fresh(lb.pd);

@@ -45,9 +45,9 @@ namespace io {
 /// Lifetime: it must outlive the operations started on it; connections made on it may outlive
 /// it (see `cm::engine`). Not movable.
 /// Thread-safety: not thread-safe; use it from one thread at a time (a single-threaded
-/// `io_context`): with the thread check (thread_rule.hpp, on unless `NDEBUG`), a second thread
-/// that runs its handler or starts an operation on it while it has work is refused with
-/// `io::thread_error`.
+/// `io_context`): with the thread check (thread_rule.hpp, on unless `NDEBUG`), a thread that
+/// runs its handler or starts an operation on it while another thread is inside it is refused
+/// with `io::thread_error`.
 /// @see cm::engine
 class cm_engine {
 public:
@@ -75,7 +75,7 @@ public:
     /// Starts waiting if it is not, and brings the timer forward to the engine's next deadline if
     /// that comes sooner: the operations call it.
     void arm() {
-        thread_.check(who);
+        auto const inside = enter();
         if (armed_) {
             if (auto const t = engine_.timeout(); t && std::chrono::steady_clock::now() + *t < timer_.expiry())
                 arm_timer(); // a handshake started meanwhile has an earlier deadline
@@ -86,6 +86,12 @@ public:
         descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read, on_wake());
         arm_timer();
     }
+
+    /// @cond
+    // This thread is inside the engine until the scope goes (thread_rule.hpp): each operation's
+    // initiation holds one from its start.
+    [[nodiscard]] detail::thread_rule::scope enter() { return thread_.enter(who); }
+    /// @endcond
 
     /// Cancels the waits: nothing is processed until the next operation starts (a wait that had
     /// completed already is ignored).
@@ -121,15 +127,12 @@ private:
     // The descriptor or the timer fired: process, then wait again while there is work — also
     // when a completion or callback threw out of process() (the exception then leaves run()).
     void wake() {
-        thread_.enter(who);
+        auto const inside = enter();
         stop();
         struct rearm {
             cm_engine& self;
             ~rearm() {
-                if (self.engine_.pending() != 0 || self.engine_.registered() != 0)
-                    self.arm();
-                else
-                    self.thread_.release(); // nothing left: the next thread to use it may
+                if (self.engine_.pending() != 0 || self.engine_.registered() != 0) self.arm();
             }
         } const again{*this};
         (void)engine_.process();
@@ -142,7 +145,7 @@ private:
     std::uint64_t generation_ = 0; // of the current waits: older ones are ignored
     // Read by the handlers of waits that complete after the destructor ran.
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-    [[no_unique_address]] detail::thread_rule thread_; // who may use it now
+    detail::thread_rule thread_; // who may use it now
     static constexpr char const* who = "a CM engine";
 
 public:
@@ -192,6 +195,7 @@ template <class Connection, class Handler>
 /// completes it with that error (nothing was started).
 template <class Connection, class Outcome, class Start>
 void start_on(cm_engine& eng, std::shared_ptr<Outcome> const& outcome, Start start) {
+    auto const inside = eng.enter(); // thread_rule.hpp: before anything is started
     try {
         start([outcome](std::exception_ptr error, std::optional<Connection> c) {
             (*outcome)(std::move(error), std::move(c));
@@ -296,6 +300,7 @@ public:
     // `take(request)` runs on the next request (now, if one waits); `abort()` instead when the
     // acceptor goes first.
     void wait(rdmacxx::detail::callback<void(cm::connect_request)> take, rdmacxx::detail::callback<void()> abort) {
+        auto const inside = engine_->enter(); // thread_rule.hpp: before anything is touched
         waiters_.push_back({std::move(take), std::move(abort)});
         serve();
         engine_->arm();

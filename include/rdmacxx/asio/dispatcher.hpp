@@ -118,10 +118,10 @@ enum class cq_mode {
 /// Thread-safety: not thread-safe; use it, its operations and its CQs from one thread at a time
 /// (a single-threaded `io_context`: with several threads in `run()`, another thread may take the
 /// descriptor's edge between the dispatcher's look and its wait). With the thread check
-/// (thread_rule.hpp, on unless `NDEBUG`), a second thread that runs one of its handlers or
-/// starts or cancels one of its operations while another has operations pending is refused with
-/// `io::thread_error`. A routed CQ carries only requests posted through the dispatcher, and the channel has
-/// no other consumer (`cq.wait()` on it would take the dispatcher's events).
+/// (thread_rule.hpp, on unless `NDEBUG`), a thread that runs one of its handlers, starts one of
+/// its operations, or calls `add`, `remove` or `forget` while another thread is inside it is
+/// refused with `io::thread_error`. A routed CQ carries only requests posted through the dispatcher, and the channel
+/// has no other consumer (`cq.wait()` on it would take the dispatcher's events).
 ///
 /// Ownership (see docs/ownership.md): the dispatcher finds its channel and its CQs through
 /// their cells, so they may move after being added (it follows them); one destroyed while the
@@ -189,6 +189,7 @@ public:
     ///         when ibv_req_notify_cq(3) fails.
     template <class Completion>
     void add(completion_queue<Completion>& cq, cq_mode mode = cq_mode::routed) {
+        auto const inside = thread_.enter(who);
         static_assert(Completion::uses_channel, "the dispatcher serves CQs with a completion channel (event_driven)");
         if (!cq.delivers_to(channel())) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ added to a completion dispatcher delivers its events to another "
@@ -209,6 +210,7 @@ public:
     ///         above (nothing changes).
     template <class Completion>
     void remove(completion_queue<Completion>& cq) {
+        auto const inside = thread_.enter(who);
         ibv_cq* const native = cq.native_handle();
         cq_entry* e = find(native);
         if (e == nullptr) [[unlikely]]
@@ -238,6 +240,7 @@ public:
     /// it dropped. Thread-safety: on the executor only.
     template <transport Transport, completion_strategy Completion, post_policy Post>
     std::size_t forget(queue_pair<Transport, Completion, Post> const& qp) {
+        auto const inside = thread_.enter(who);
         ibv_qp* const native = qp.native_handle();
         if (native == nullptr) return 0;
         std::size_t n = 0;
@@ -274,6 +277,10 @@ public:
 
     // Where its own I/O objects find it, wherever it has moved to.
     [[nodiscard]] rdmacxx::detail::link<completion_dispatcher> anchor_cell() const noexcept { return anchor_.cell(); }
+
+    // This thread is inside the dispatcher until the scope goes (thread_rule.hpp): each
+    // operation's initiation holds one from its start.
+    [[nodiscard]] detail::thread_rule::scope enter() { return thread_.enter(who); }
 
     // Routes the completions tagged with the returned serial to `deliver(pool, slot, wc)`
     // (receive_pool).
@@ -312,7 +319,7 @@ public:
     // storing the handler throws, no slot is taken and the cancellation slot is left empty.
     template <class Completer, class Handler>
     std::uint32_t acquire(Handler& handler, bool batch, ibv_qp* qp = nullptr, ibv_cq* cq = nullptr) {
-        thread_.check(who);
+        auto const inside = thread_.enter(who);
         if (free_ == slots_.size()) [[unlikely]]
             return npos;
         std::uint32_t const index = free_;
@@ -385,7 +392,7 @@ public:
         detail::post_from(pool_, ex_, [self = anchor_.cell()] {
             completion_dispatcher* const d = self.get_if(); // wherever it has moved to; null: gone
             if (d == nullptr) return;
-            d->thread_.enter(who);
+            auto const inside = d->thread_.enter(who);
             d->sweep_queued_ = false;
             try {
                 d->sweep();
@@ -413,7 +420,7 @@ public:
             detail::post_from(pool_, ex_, [self = anchor_.cell()] {
                 completion_dispatcher* const d = self.get_if();
                 if (d == nullptr) return;
-                d->thread_.enter(who);
+                auto const inside = d->thread_.enter(who);
                 d->reading_ = false;
                 d->on_readable({});
             });
@@ -424,7 +431,7 @@ public:
                                [self = anchor_.cell()](std::error_code ec) {
                                    completion_dispatcher* const d = self.get_if();
                                    if (d == nullptr) return;
-                                   d->thread_.enter(who);
+                                   auto const inside = d->thread_.enter(who);
                                    d->reading_ = false;
                                    if (ec == ::asio::error::operation_aborted) { // nothing was pending
                                        if (d->pending_ != 0) d->ensure_reading();
@@ -459,7 +466,6 @@ private:
             if ((type & ::asio::cancellation_type::terminal) == ::asio::cancellation_type::none) return;
             completion_dispatcher* const d = self.get_if();
             if (d == nullptr) return; // the dispatcher is gone, and its operations with it
-            d->thread_.check(who);
             d->abort(index, generation);
         }
     };
@@ -509,7 +515,6 @@ private:
 
     // With nothing pending, the descriptor's wait goes, so that io_context::run can return.
     void stop_reading_when_idle() {
-        if (pending_ == 0) thread_.release();
         if (pending_ == 0 && reading_) {
             std::error_code ignored;
             descriptor_.cancel(ignored);
@@ -669,7 +674,7 @@ private:
     std::vector<pool_entry> pools_; // the receive pools it routes to
     bool reading_ = false;
     bool sweep_queued_ = false;
-    [[no_unique_address]] detail::thread_rule thread_; // who may use it now (thread_rule.hpp)
+    detail::thread_rule thread_; // who may use it now (thread_rule.hpp)
     static constexpr char const* who = "a completion dispatcher";
 };
 

@@ -10,8 +10,8 @@
 
 #include <asio/associated_allocator.hpp>
 #include <asio/associated_executor.hpp>
+#include <asio/associator.hpp>
 #include <asio/cancellation_signal.hpp>
-#include <asio/detail/bind_handler.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/executor_work_guard.hpp>
 
@@ -21,6 +21,7 @@
 #include <memory>
 #include <new>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 struct ibv_qp;
@@ -73,6 +74,16 @@ struct op_holder {
         : handler(std::move(h)), work(::asio::get_associated_executor(handler, ex)) {}
 };
 
+/// A handler bound to its two arguments, moved into it when called. Its associated executor,
+/// allocator and cancellation slot are the handler's (the `asio::associator` below).
+template <class Handler, class First, class Second>
+struct bound_handler {
+    Handler handler;
+    First first;
+    Second second;
+    void operator()() { std::move(handler)(std::move(first), std::move(second)); }
+};
+
 /// Binds an `op_result` to the handler as its arguments. `Exceptions` true: the first
 /// argument is an `std::exception_ptr` holding the library's exception (for `use_awaitable`).
 template <bool Exceptions, bool Batch>
@@ -85,10 +96,12 @@ struct completer {
             else
                 return r.wc;
         }();
+        using handler_t = std::decay_t<Handler>;
         if constexpr (Exceptions)
-            return ::asio::detail::bind_handler(std::forward<Handler>(h), to_exception(r), second);
+            return bound_handler<handler_t, std::exception_ptr, decltype(second)>{std::forward<Handler>(h),
+                                                                                  to_exception(r), second};
         else
-            return ::asio::detail::bind_handler(std::forward<Handler>(h), r.ec, second);
+            return bound_handler<handler_t, std::error_code, decltype(second)>{std::forward<Handler>(h), r.ec, second};
     }
     static std::exception_ptr to_exception(op_result const& r) {
         if (!r.ec) return nullptr;
@@ -133,3 +146,15 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
 } // namespace io::detail
 } // namespace v0
 } // namespace rdmacxx
+
+/// @cond
+// A bound handler has its handler's associated executor, allocator and cancellation slot.
+template <template <class, class> class Associator, class Handler, class First, class Second, class Default>
+struct asio::associator<Associator, rdmacxx::io::detail::bound_handler<Handler, First, Second>, Default>
+    : Associator<Handler, Default> {
+    static typename Associator<Handler, Default>::type
+    get(rdmacxx::io::detail::bound_handler<Handler, First, Second> const& h, Default const& c = Default()) noexcept {
+        return Associator<Handler, Default>::get(h.handler, c);
+    }
+};
+/// @endcond

@@ -69,6 +69,7 @@ void post_tagged(QP& qp, std::uint64_t tag, std::tuple<Wrs...> const& wrs, std::
 // not known) name where the operation goes (completion_dispatcher::forget, remove).
 template <class Completer, class Handler, class Post>
 void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, Post&& post) {
+    auto const inside = d.enter(); // thread_rule.hpp: before anything is touched
     std::uint32_t const i = d.acquire<Completer>(handler, false, qp, cq);
     if (i == completion_dispatcher::npos) [[unlikely]] {
         op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
@@ -97,7 +98,7 @@ void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, P
 /// and untouched until the operation completes; a cancelled operation completes only once its
 /// request's completion has been reaped (`cancel_mode` says what the cancellation does meanwhile).
 /// Requests the transport does not allow do not compile. `qp`'s send CQ must be added to `d`.
-/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_send(3)
 template <transport Transport, completion_strategy Completion, post_policy Post, class... Wrs, class Token>
@@ -129,7 +130,7 @@ auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 /// Posts receive `r` to `qp`'s receive queue and completes with its completion (`byte_len()`,
 /// `imm_data()`, …), errors as `async_post`'s (a QP moved to ERR, e.g. by a peer's disconnect,
 /// completes it with `IBV_WC_WR_FLUSH_ERR`). `qp`'s receive CQ must be added to `d`.
-/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_recv(3)
 template <transport Transport, completion_strategy Completion, post_policy Post, recv_work_request Recv, class Token>
@@ -152,7 +153,7 @@ auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 /// it, from whichever QP (`qp_num()` says which). Receives in an SRQ are not flushed when a QP
 /// goes: they wait for the next message. Cancelling one waits for that message too, under either
 /// `cancel_mode` (an SRQ has no QP to move to ERR). The CQ of the QPs on `srq` must be added to `d`.
-/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_srq_recv(3)
 template <recv_work_request Recv, class Token>
@@ -177,7 +178,7 @@ auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const&
 /// `operation_aborted` and takes nothing. `out` must stay valid until it completes.
 /// @throws argument_error when `cq` is not a batch CQ of `d` or already has a wait pending
 ///         (nothing started); sys_error when polling or arming fails.
-/// Thread-safety: on `d`'s executor only; from another thread while `d` has operations pending:
+/// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_poll_cq(3), ibv_req_notify_cq(3)
 template <class Completion, class Token>
@@ -193,6 +194,7 @@ auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std:
     using completer = detail::completer<ex, true>;
     return ::asio::async_initiate<Token, detail::signature_t<ex, std::size_t>>(
         [&d, &cq, out](auto handler) {
+            auto const inside = d.enter(); // thread_rule.hpp: before anything is touched
             auto* entry = d.find(cq.native_handle());
             if (entry == nullptr || entry->waiter != completion_dispatcher::npos) [[unlikely]]
                 rdmacxx::detail::throw_argument("async_wait: the CQ already has a wait pending");

@@ -77,24 +77,26 @@ private:
     std::size_t count_;
     ::asio::execution_context const* owner_;
     std::vector<void*> free_;
-#if RDMACXX_ASIO_THREAD_CHECK
-    // Holds the free list for one take or give.
+    // Holds the free list for one take or give, with the thread check; does nothing without.
+    // (The flag is there either way: the layout does not depend on NDEBUG.)
     struct list_lock {
-        explicit list_lock(std::atomic_flag& flag) noexcept : held(flag) {
-            while (held.test_and_set(std::memory_order_acquire)) {}
+        explicit list_lock([[maybe_unused]] std::atomic_flag& flag) noexcept
+#if RDMACXX_ASIO_THREAD_CHECK
+            : held(&flag) {
+            while (held->test_and_set(std::memory_order_acquire)) {}
         }
+#else
+        {
+        }
+#endif
         list_lock(list_lock const&) = delete;
         list_lock& operator=(list_lock const&) = delete;
-        ~list_lock() { held.clear(std::memory_order_release); }
-        std::atomic_flag& held;
+        ~list_lock() {
+            if (held != nullptr) held->clear(std::memory_order_release);
+        }
+        std::atomic_flag* held = nullptr;
     };
     std::atomic_flag busy_{};
-#else
-    struct list_lock {
-        explicit list_lock(int /*unused*/) noexcept {}
-    };
-    static constexpr int busy_ = 0;
-#endif
 };
 
 /// An allocator over a shared `post_pool`: a block when the request fits and one is free,

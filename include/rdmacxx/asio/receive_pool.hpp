@@ -187,6 +187,7 @@ protected:
     template <class Completer, class Handler>
     void start(Handler& handler) {
         completion_dispatcher& d = dispatcher();
+        auto const inside = d.enter(); // thread_rule.hpp: before anything is touched
         auto const ex = ::asio::get_associated_executor(handler, d.get_executor());
         // The waits cancelled since go first: they completed already.
         while (waiter_head_ < waiters_.size() && !d.is_pending(waiters_[waiter_head_]))
@@ -397,6 +398,25 @@ struct message_completer {
     }
 };
 } // namespace detail
+} // namespace io
+} // namespace v0
+} // namespace rdmacxx
+
+/// @cond
+// A message binder has its handler's associated executor, allocator and cancellation slot.
+template <template <class, class> class Associator, class Handler, class First, class Default>
+struct asio::associator<Associator, rdmacxx::io::detail::message_binder<Handler, First>, Default>
+    : Associator<Handler, Default> {
+    static typename Associator<Handler, Default>::type get(rdmacxx::io::detail::message_binder<Handler, First> const& h,
+                                                           Default const& c = Default()) noexcept {
+        return Associator<Handler, Default>::get(h.handler, c);
+    }
+};
+/// @endcond
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace io {
 
 /// Receives kept posted to a QP's receive queue or an SRQ (`Target`), over the caller's
 /// registered memory cut into `opt.receives` slots of `opt.message_bytes` bytes, and the

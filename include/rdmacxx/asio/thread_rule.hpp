@@ -2,9 +2,10 @@
 /// @file
 /// The Asio adapter's thread rule: a completion dispatcher (with the operations, receive pools
 /// and CQs it serves) and a CM engine are used from one thread at a time. In builds with the
-/// check (`RDMACXX_ASIO_THREAD_CHECK`, on unless `NDEBUG` is defined) a second thread that
-/// runs one of their handlers, or starts one of their operations, while the first still has
-/// operations pending is refused with `io::thread_error`; without it such a use is undefined.
+/// check (`RDMACXX_ASIO_THREAD_CHECK`, on unless `NDEBUG` is defined; define it alike in every
+/// translation unit, as `NDEBUG`) a thread that enters one of them (runs one of their handlers,
+/// starts one of their operations) while another thread is inside it is refused with
+/// `io::thread_error`; without the check such a use is undefined.
 
 #include "rdmacxx/error.hpp"
 
@@ -26,9 +27,9 @@ namespace rdmacxx {
 inline namespace v0 {
 namespace io {
 
-/// A dispatcher or CM engine used from a second thread while a first thread has operations
-/// pending on it: two threads in one `io_context::run()`, a thread pool, a strand over several
-/// threads, or an operation started from another thread. Thrown out of the refused handler
+/// A dispatcher or CM engine entered by a thread while another thread was inside it: two
+/// threads in one `io_context::run()`, a thread pool, a strand over several threads, or an
+/// operation started from another thread while the loop runs. Thrown out of the refused handler
 /// (so out of that thread's `run()`) or out of the refused initiation, before it touched any
 /// state. Its code is `std::errc::operation_not_permitted`. Only in builds with the check
 /// (`RDMACXX_ASIO_THREAD_CHECK`, the default unless `NDEBUG` is defined).
@@ -41,59 +42,63 @@ public:
 
 namespace detail {
 
-/// The owner of a dispatcher or engine: the thread that ran its first handler since it last
-/// had nothing pending. `enter` (a handler) takes ownership when there is none; `check` (an
-/// initiation) only compares; `release` (nothing pending) lets the next thread take it. Empty
-/// and free without the check.
+/// Who is inside a dispatcher or engine now: each entry point (a handler of its, an operation
+/// starting, `add`, `forget`, …) holds a `scope` while it runs. A scope on a thread while a
+/// scope of another thread is open is refused (with the check); nested scopes on one thread
+/// are fine, and so is a use from another thread once the first has left (handing it over,
+/// e.g. `run()` on one thread and, after a join, on another). Without the check a scope does
+/// nothing; the layout is the same either way, so that translation units built with and without
+/// `NDEBUG` agree on the size of every class that holds one.
 class thread_rule {
 public:
+    /// Marks this thread inside the guarded object until it goes.
+    class scope {
+    public:
+        /// @throws thread_error when another thread is inside (with the check)
+        scope([[maybe_unused]] thread_rule& rule, [[maybe_unused]] char const* what) {
 #if RDMACXX_ASIO_THREAD_CHECK
+            std::thread::id const me = std::this_thread::get_id();
+            std::thread::id inside{};
+            if (rule.inside_.compare_exchange_strong(inside, me, std::memory_order_acq_rel)) {
+                rule_ = &rule;
+                return;
+            }
+            if (inside != me) refuse(what, inside, me); // else nested: the outer scope leaves
+#endif
+        }
+        scope(scope const&) = delete;
+        scope& operator=(scope const&) = delete;
+        ~scope() {
+            if (rule_ != nullptr) rule_->inside_.store(std::thread::id{}, std::memory_order_release);
+        }
+
+    private:
+        thread_rule* rule_ = nullptr;
+    };
+
     thread_rule() = default;
-    /// Takes `other`'s owner (the object it guards moved); `other` has none.
-    thread_rule(thread_rule&& other) noexcept
-        : owner_(other.owner_.exchange(std::thread::id{}, std::memory_order_acq_rel)) {}
-    thread_rule& operator=(thread_rule&& other) noexcept {
-        owner_.store(other.owner_.exchange(std::thread::id{}, std::memory_order_acq_rel), std::memory_order_release);
-        return *this;
-    }
+    /// A new rule: nobody is inside the object moved to (a move is not made from inside it by
+    /// another thread).
+    thread_rule(thread_rule&& /*other*/) noexcept {}
+    thread_rule& operator=(thread_rule&& /*other*/) noexcept { return *this; }
     ~thread_rule() = default;
     thread_rule(thread_rule const&) = delete;
     thread_rule& operator=(thread_rule const&) = delete;
 
-    /// A handler of `what` starts on this thread: it becomes the owner, or must be the owner.
-    /// @throws thread_error when another thread owns it
-    void enter(char const* what) {
-        std::thread::id const me = std::this_thread::get_id();
-        std::thread::id expected{};
-        if (owner_.compare_exchange_strong(expected, me, std::memory_order_acq_rel) || expected == me) return;
-        refuse(what, "ran a handler", expected, me);
-    }
-    /// An operation of `what` starts on this thread: no other thread may own it.
-    /// @throws thread_error when another thread owns it
-    void check(char const* what) const {
-        std::thread::id const owner = owner_.load(std::memory_order_acquire);
-        std::thread::id const me = std::this_thread::get_id();
-        if (owner == std::thread::id{} || owner == me) return;
-        refuse(what, "started an operation", owner, me);
-    }
-    /// Nothing is pending any more: the next thread to run a handler owns it.
-    void release() noexcept { owner_.store(std::thread::id{}, std::memory_order_release); }
+    /// This thread enters `what`; it leaves when the scope goes.
+    /// @throws thread_error when another thread is inside (with the check)
+    [[nodiscard]] scope enter(char const* what) { return scope{*this, what}; }
 
 private:
-    [[noreturn]] static void refuse(char const* what, char const* did, std::thread::id owner, std::thread::id me) {
+    [[noreturn]] static void refuse(char const* what, std::thread::id inside, std::thread::id me) {
         std::ostringstream text;
-        text << "thread " << me << ' ' << did << " of " << what << " while thread " << owner
-             << " has operations pending on it: it is used from one thread at a time (a single-threaded "
-                "io_context; see docs/asio.md, \"Threads\")";
+        text << "thread " << me << " entered " << what << " while thread " << inside
+             << " was inside it: it is used from one thread at a time (a single-threaded io_context; see "
+                "docs/asio.md, \"Threads\")";
         throw thread_error(text.str());
     }
 
-    std::atomic<std::thread::id> owner_{};
-#else
-    void enter(char const* /*what*/) noexcept {}
-    void check(char const* /*what*/) const noexcept {}
-    void release() noexcept {}
-#endif
+    std::atomic<std::thread::id> inside_{};
 };
 
 } // namespace detail
