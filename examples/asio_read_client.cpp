@@ -1,22 +1,32 @@
-// asio_read_client: a coroutine that keeps several RDMA READs in flight and checks every byte
-// (the Asio adapter, rdmacxx/asio.hpp).
+// asio_read_client: RDMA READs kept in flight by coroutines, each READ bounded by a timer
+// (`co_await (read || timer)`), every byte checked (the Asio adapter, rdmacxx/asio.hpp).
 //
 // A server coroutine (in this process, on the same io_context) registers a region of -S bytes
 // filled with a pattern and accepts one connection, sending the region's remote_span in the
-// accept's private data. The client coroutine connects, decodes it, and reads the region in
-// chunks of -s bytes with -q READs in flight at a time (async_post of rx::read, each completing
-// with its callback, which wakes the coroutine); every chunk is compared with the pattern.
+// accept's private data. The client connects, decodes it, and reads the region in chunks of -s
+// bytes, -r times over, with -q reader coroutines, each one READ in flight at a time into its own
+// slot of a local buffer: `co_await (async_post(read) || timer)` with a bound of -T ms.
 //
-// On an error (a failed READ, a refused post) it stops posting, disconnects (the QP goes to ERR,
-// which flushes every READ still posted) and waits, bounded, until the dispatcher has reaped
-// every outstanding READ: the buffers and the QP go only when no posted request names them.
-// -E n makes the READ of chunk n use a wrong rkey, to show that path (exit status 1).
+// A READ that outlives its bound is cancelled. The dispatcher's default cancellation moves the QP
+// to ERR and runs the READ's handler only once its flushed completion has been reaped, so when
+// the `||` returns the slot is the reader's again: no late READ response can land in it. The
+// other readers' READs complete flushed; once every reader has returned, nothing is posted and
+// the buffer, region, dispatcher and QP may go in any order. The same holds for any other error
+// (a failed READ, a refused post).
+// -E n gives the READ of chunk n (first round) a wrong rkey: a remote access error, exit 1.
+// -K n moves the server's QP to ERR before the READ of chunk n (a dead peer: the READ is never
+//      answered): a READ from it on must time out after -T ms and every READ must be reaped;
+//      then the program exits 0 ("timed out as asked"), and 1 if anything else happened.
 //
-// Usage: asio_read_client -b address [-p port] [-S region-bytes] [-s chunk-bytes] [-q depth] [-r rounds] [-E chunk]
+// Usage: asio_read_client -b address [-p port] [-S region-bytes] [-s chunk-bytes] [-q depth] [-r rounds]
+//                         [-T bound-ms] [-E chunk] [-K chunk]
 #include "rdmacxx/asio.hpp"
 #include "rdmacxx/rdmacxx.hpp"
 
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/io_context.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
@@ -29,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -48,13 +59,17 @@ namespace {
 struct settings {
     std::size_t region = 1 << 20, chunk = 4096;
     std::uint32_t depth = 8, rounds = 2;
+    std::chrono::milliseconds bound{5000};   // -T: each READ's bound
     std::size_t bad_chunk = ~std::size_t{0}; // -E: this chunk's READ uses a wrong rkey
+    std::size_t kill_at = ~std::size_t{0};   // -K: the server's QP goes to ERR before this chunk's READ
 };
 
 std::byte pattern(std::size_t i) { return static_cast<std::byte>((i * 131 + i / 4096) & 0xff); }
 
 struct result {
-    std::uint64_t reads = 0, bad_chunks = 0, peak = 0;
+    std::uint64_t reads = 0, bad_chunks = 0, flushed = 0;
+    std::size_t timed_out_chunk = ~std::size_t{0};
+    double timed_out_after_ms = 0;
     bool done = false;
 };
 
@@ -71,93 +86,115 @@ awaitable<void> server(rxa::cm_acceptor<rx::rc>& acceptor, cm::resources<rx::eve
     kept.emplace(std::move(*c));
 }
 
-awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, settings const& opt, result& r) {
+// What the readers share.
+struct reading {
+    rxa::completion_dispatcher& d;
+    connection& c;
+    rx::remote_span<std::byte> region;
+    std::vector<std::byte>& local;
+    rx::memory_region& mr;
+    settings const& opt;
+    result& r;
+    std::function<void()> kill; // -K: the server's QP to ERR
+    std::size_t chunks = 0, next = 0;
+    std::exception_ptr failed;
+    std::uint32_t running = 0;
+    ::asio::steady_timer& wake; // the client waits on it for the readers
+};
+
+// One reader: READs the next chunk into slot `s`, bounded by opt.bound, until every chunk of
+// every round is read or something failed.
+awaitable<void> reader(reading& k, std::uint32_t s) {
+    using namespace ::asio::experimental::awaitable_operators;
+    using ::asio::experimental::as_tuple;
+    ::asio::steady_timer timer{co_await ::asio::this_coro::executor};
+    std::size_t const size = k.opt.chunk;
+    auto const slot = k.mr.span().subspan(s * size, size);
+    try {
+        while (!k.failed && k.next < k.chunks * k.opt.rounds) {
+            std::size_t const n = k.next++;
+            std::size_t const chunk = n % k.chunks;
+            if (n == k.opt.kill_at) k.kill();
+            auto source = k.region.subspan(chunk * size, size);
+            if (n == k.opt.bad_chunk)
+                source = rx::remote_span<std::byte>{source.address(), source.size(), source.rkey() ^ 0x5a5a00U};
+            timer.expires_after(k.opt.bound);
+            auto const t0 = std::chrono::steady_clock::now();
+            // The READ completes with (error_code, work_completion) as a tuple: `||` waits for one
+            // operation to succeed, so a READ that failed with an exception would be reported only
+            // when the timer ran out.
+            auto const got =
+                co_await (rxa::async_post(k.d, k.c.qp(), rx::read{slot, source}, as_tuple(use_awaitable)) ||
+                          timer.async_wait(use_awaitable));
+            if (got.index() == 1) {
+                // The READ was cancelled and its flushed completion reaped: the slot is ours again.
+                if (!k.failed) {
+                    k.r.timed_out_chunk = n;
+                    k.r.timed_out_after_ms =
+                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                    k.failed = std::make_exception_ptr(std::runtime_error("the READ of chunk " + std::to_string(n) +
+                                                                          " timed out after " +
+                                                                          std::to_string(k.opt.bound.count()) + " ms"));
+                }
+                break;
+            }
+            if (auto const& [ec, wc] = std::get<0>(got); ec) {
+                if (wc.status() == IBV_WC_WR_FLUSH_ERR) ++k.r.flushed; // another reader's failure ended the QP
+                if (!k.failed)
+                    k.failed =
+                        std::make_exception_ptr(std::system_error(ec, "RDMA READ of chunk " + std::to_string(n)));
+                break;
+            }
+            for (std::size_t i = 0; i < size; ++i)
+                if (k.local[s * size + i] != pattern(chunk * size + i)) {
+                    ++k.r.bad_chunks;
+                    break;
+                }
+            ++k.r.reads;
+        }
+    } catch (...) { // a refused post, an allocation failure
+        if (!k.failed) k.failed = std::current_exception();
+    }
+    if (--k.running == 0) k.wake.cancel();
+}
+
+awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, settings const& opt, result& r,
+                       std::function<void()> kill) {
     auto const ex = co_await ::asio::this_coro::executor;
     auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(
         eng, to, {.caps = {.max_send_wr = opt.depth, .max_recv_wr = 1}}, {}, use_awaitable);
     auto const region = cm::from_private_data<rx::remote_span<std::byte>>(c->peer_private_data());
     if (region.size() < opt.region) throw std::runtime_error("the server's region is smaller than -S");
-    rxa::completion_dispatcher d{ex, *c->cq_channel()};
+    rxa::completion_dispatcher d{ex, *c->cq_channel()}; // cancel_mode::qp_to_error, the default
     d.add(c->cq());
     std::vector<std::byte> local(std::size_t{opt.depth} * opt.chunk);
     auto mr = c->pd().register_memory(std::span{local}, rx::access::local_write);
-    std::vector<std::size_t> slot_chunk(opt.depth);
-    std::vector<std::uint32_t> free_slots;
-    for (std::uint32_t s = 0; s < opt.depth; ++s)
-        free_slots.push_back(s);
-
-    std::size_t const chunks = opt.region / opt.chunk;
     ::asio::steady_timer wake{ex, std::chrono::steady_clock::time_point::max()};
-    std::exception_ptr failed;
-    std::size_t outstanding = 0; // READs posted whose callback has not run yet
-    try {
-        for (std::uint32_t round = 0; round < opt.rounds; ++round) {
-            std::size_t next = 0, done = 0;
-            while (done < chunks) {
-                // Keep `depth` READs in flight: each completes into its callback, which wakes us.
-                while (next < chunks && !free_slots.empty()) {
-                    std::uint32_t const s = free_slots.back();
-                    free_slots.pop_back();
-                    slot_chunk[s] = next;
-                    auto source = region.subspan(next * opt.chunk, opt.chunk);
-                    if (next == opt.bad_chunk && round == 0)
-                        source = rx::remote_span<std::byte>{source.address(), source.size(), source.rkey() ^ 0x5a5a00U};
-                    rxa::async_post(d, c->qp(), rx::read{mr.span().subspan(s * opt.chunk, opt.chunk), source},
-                                    [&, s](std::error_code ec, rx::work_completion const&) {
-                                        --outstanding;
-                                        ++done;
-                                        free_slots.push_back(s);
-                                        wake.cancel_one();
-                                        if (ec) {
-                                            if (!failed)
-                                                failed = std::make_exception_ptr(std::system_error(ec, "RDMA READ"));
-                                            return;
-                                        }
-                                        std::size_t const base = slot_chunk[s] * opt.chunk;
-                                        for (std::size_t i = 0; i < opt.chunk; ++i)
-                                            if (local[s * opt.chunk + i] != pattern(base + i)) {
-                                                ++r.bad_chunks;
-                                                break;
-                                            }
-                                        ++r.reads;
-                                    });
-                    ++outstanding;
-                    ++next;
-                    r.peak = std::max<std::uint64_t>(r.peak, d.in_flight());
-                }
-                std::error_code ignored;
-                co_await wake.async_wait(::asio::redirect_error(use_awaitable, ignored));
-                if (failed) break;
-            }
-            if (failed) break;
-        }
-    } catch (...) { // e.g. an allocation failure starting a READ
-        failed = std::current_exception();
+    reading k{d, *c, region, local, mr, opt, r, std::move(kill), opt.region / opt.chunk, 0, {}, opt.depth, wake};
+    for (std::uint32_t s = 0; s < opt.depth; ++s)
+        ::asio::co_spawn(ex, reader(k, s), ::asio::detached);
+    // Every reader returns within its READ's bound (a cancelled READ's flush is reaped at once).
+    while (k.running != 0) {
+        std::error_code ignored;
+        co_await wake.async_wait(::asio::redirect_error(use_awaitable, ignored));
     }
-    if (failed) {
-        // READs may still be posted, over `local` and `mr`: disconnect (the QP goes to ERR and
-        // flushes them), then wait until every one's callback has run (the dispatcher reaped its
-        // completion), before any of them is destroyed. The wait is bounded.
+    if (k.failed) {
+        // Every reader has returned, so no READ is posted: disconnecting cannot race a late write.
+        std::fprintf(stderr,
+                     "asio_read_client: stopped after an error; every READ reaped (%zu in the dispatcher, %llu "
+                     "flushed)\n",
+                     d.in_flight(), static_cast<unsigned long long>(r.flushed));
         try {
-            c->disconnect();              // on the engine: the DREQ sent and the QP in ERR, without waiting
+            c->disconnect();
         } catch (std::exception const&) { // the error to report is the first one
         }
-        auto const deadline = std::chrono::steady_clock::now() + 10s;
-        while (outstanding != 0 && std::chrono::steady_clock::now() < deadline) {
-            wake.expires_at(deadline);
-            std::error_code ignored;
-            co_await wake.async_wait(::asio::redirect_error(use_awaitable, ignored));
+        if (d.in_flight() != 0) std::abort(); // never free memory a posted READ still names
+        if (opt.kill_at != ~std::size_t{0} && r.timed_out_chunk >= opt.kill_at &&
+            r.timed_out_chunk != ~std::size_t{0}) {
+            r.done = true; // -K: what was asked for
+            co_return;
         }
-        if (outstanding != 0) { // never free memory a posted READ still names
-            std::fprintf(stderr, "asio_read_client: %zu READs still in flight 10 s after the disconnect\n",
-                         outstanding);
-            std::abort();
-        }
-        std::fprintf(stderr,
-                     "asio_read_client: stopped after an error; every outstanding READ reaped (%zu in "
-                     "the dispatcher)\n",
-                     d.in_flight());
-        std::rethrow_exception(failed);
+        std::rethrow_exception(k.failed);
     }
     c->disconnect();
     r.done = true;
@@ -169,7 +206,7 @@ int main(int argc, char** argv) try {
     std::string bind;
     std::uint16_t port = 0;
     settings opt;
-    for (int c; (c = ::getopt(argc, argv, "b:p:S:s:q:r:E:")) != -1;) {
+    for (int c; (c = ::getopt(argc, argv, "b:p:S:s:q:r:T:E:K:")) != -1;) {
         switch (c) {
         case 'b':
             bind = optarg;
@@ -189,12 +226,18 @@ int main(int argc, char** argv) try {
         case 'r':
             opt.rounds = static_cast<std::uint32_t>(std::stoul(optarg));
             break;
+        case 'T':
+            opt.bound = std::chrono::milliseconds{std::stoul(optarg)};
+            break;
         case 'E':
             opt.bad_chunk = std::stoul(optarg);
             break;
+        case 'K':
+            opt.kill_at = std::stoul(optarg);
+            break;
         default:
             std::cerr << "usage: asio_read_client -b address [-p port] [-S region-bytes] [-s chunk-bytes] [-q depth] "
-                         "[-r rounds] [-E chunk]\n";
+                         "[-r rounds] [-T bound-ms] [-E chunk] [-K chunk]\n";
             return 2;
         }
     }
@@ -227,16 +270,29 @@ int main(int argc, char** argv) try {
     auto const t0 = std::chrono::steady_clock::now();
     ::asio::co_spawn(io, server(acceptor, {.pd = pd, .send_cq = cq, .recv_cq = cq, .channel = &channel}, mr, accepted),
                      keep);
-    ::asio::co_spawn(io, client(eng, to, opt, r), keep);
+    auto kill = [&] { // -K: the server dies (its QP in ERR answers nothing)
+        if (accepted) accepted->qp().to_error();
+    };
+    ::asio::co_spawn(io, client(eng, to, opt, r, kill), keep);
     auto const deadline = std::chrono::steady_clock::now() + 120s;
     while (!r.done && !failure && std::chrono::steady_clock::now() < deadline)
         io.run_one_for(1s);
     if (failure) std::rethrow_exception(failure);
     if (!r.done) throw std::runtime_error("the reads did not finish within 120 s");
     double const s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("asio_read_client: %llu RDMA READs of %zu bytes, up to %llu in flight, %llu chunks wrong; %.3f s\n",
-                static_cast<unsigned long long>(r.reads), opt.chunk, static_cast<unsigned long long>(r.peak),
-                static_cast<unsigned long long>(r.bad_chunks), s);
+    if (opt.kill_at != ~std::size_t{0}) {
+        std::printf("asio_read_client: timed out as asked: the READ of chunk %zu (the server's QP in ERR) timed out "
+                    "after %.1f ms (bound %lld ms); %llu READs before it, %llu chunks wrong, %llu flushed, every READ "
+                    "reaped; %.3f s\n",
+                    r.timed_out_chunk, r.timed_out_after_ms, static_cast<long long>(opt.bound.count()),
+                    static_cast<unsigned long long>(r.reads), static_cast<unsigned long long>(r.bad_chunks),
+                    static_cast<unsigned long long>(r.flushed), s);
+        return r.bad_chunks == 0 ? 0 : 1;
+    }
+    std::printf("asio_read_client: %llu RDMA READs of %zu bytes, %u in flight (each bounded by %lld ms), %llu chunks "
+                "wrong; %.3f s\n",
+                static_cast<unsigned long long>(r.reads), opt.chunk, opt.depth,
+                static_cast<long long>(opt.bound.count()), static_cast<unsigned long long>(r.bad_chunks), s);
     return r.bad_chunks == 0 && r.reads == std::uint64_t{opt.rounds} * (opt.region / opt.chunk) ? 0 : 1;
 } catch (rx::error const& e) {
     e.dump_detailed(std::cerr, "E:", 2);

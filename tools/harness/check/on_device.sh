@@ -124,13 +124,18 @@ if first; then
       --mca btl self,tcp "$build/examples/mpi_pingpong" -e -n 20000 -s 4096
   # The Asio adapter's coroutine programs (built when Meson finds standalone Asio): 16 CM
   # clients, each one coroutine, against an echo server on one PD, MR, SRQ and CQ, all on one
-  # io_context; and a coroutine keeping 8 RDMA READs in flight over 1 MiB, twice, every byte
-  # checked.
+  # io_context; and 8 coroutines keeping RDMA READs in flight over 1 MiB, twice, every byte
+  # checked, each READ bounded by a timer.
   [ -x "$build/examples/asio_echo_server" ] &&
     example asio_echo_server timeout 300 "$build/examples/asio_echo_server" -b "$RDMACXX_ADDR" -c 16 -n 100
   [ -x "$build/examples/asio_read_client" ] &&
     example asio_read_client timeout 300 "$build/examples/asio_read_client" -b "$RDMACXX_ADDR" \
       -S 1048576 -s 4096 -q 8 -r 2
+  # The same with the server's QP moved to ERR before chunk 100 (a dead peer): a READ must time
+  # out after its 200 ms bound, and every READ be reaped before the buffers go.
+  [ -x "$build/examples/asio_read_client" ] &&
+    example asio_read_client_timeout timeout 300 "$build/examples/asio_read_client" -b "$RDMACXX_ADDR" \
+      -S 1048576 -s 4096 -q 8 -r 1 -T 200 -K 100
   # Management datagrams (built when Meson finds libibumad): RPCs to this node's own link-local
   # GID, a ping class and a test SA served by threads of the same program, and two RC QPs of it
   # connected by a PathRecord from that SA (tests/multinode/mad_test.cpp).
