@@ -319,7 +319,7 @@ public:
     // storing the handler throws, no slot is taken and the cancellation slot is left empty.
     template <class Completer, class Handler>
     std::uint32_t acquire(Handler& handler, bool batch, ibv_qp* qp = nullptr, ibv_cq* cq = nullptr) {
-        auto const inside = thread_.enter(who);
+        // The caller is inside the dispatcher already (enter(): every initiation holds it).
         if (free_ == slots_.size()) [[unlikely]]
             return npos;
         std::uint32_t const index = free_;
