@@ -3,13 +3,16 @@
 /// The Asio adapter (optional; standalone Asio 1.22 or later, `#include <asio.hpp>`'s library):
 /// RDMA completions, RDMA CM steps and device async events as Asio asynchronous operations.
 /// Every operation takes a completion token: a callback, `asio::use_future`,
-/// `asio::experimental::deferred` or `asio::use_awaitable` (C++20 coroutines). Nothing else in
+/// `asio::experimental::deferred` or `asio::use_awaitable` (C++20 coroutines), or none
+/// (`io::default_token_t`), and completes with `void(std::error_code, T)` whatever the token;
+/// `co_await` throws the library's exception (`io::as_exception` hands it to any other token). Nothing else in
 /// rdmacxx includes Asio, and the umbrella rdmacxx.hpp does not include this header.
 ///
 /// Everything here is in namespace `rdmacxx::io` (not `rdmacxx::asio`, which would shadow
 /// `::asio` for code that says `using namespace rdmacxx;`): `rdmacxx::io::completion_dispatcher`,
 /// `rdmacxx::io::async_post`, and so on, beside `asio::io_context`.
 ///
+/// - rdmacxx/asio/completion.hpp: the completion signature, `as_exception`, `default_token_t`;
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
 /// - rdmacxx/asio/receive_pool.hpp: `receive_pool` (receives kept posted) and its
@@ -25,6 +28,7 @@
 /// See docs/asio.md.
 
 #include "rdmacxx/asio/cm_engine.hpp"
+#include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/events.hpp"

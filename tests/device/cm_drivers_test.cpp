@@ -200,11 +200,11 @@ struct asio_driver {
     }
     void accept_one(cm::connection_options opt, before_accept_fn ba) {
         accepted.reset();
-        rxa::async_accept<rx::busy_poll>(*acceptor, opt, {}, prepared(ba), accepted.handler());
+        rxa::async_accept<rx::busy_poll>(*acceptor, opt, {}, prepared(ba), rxa::as_exception(accepted.handler()));
     }
     void connect(cm::address to, cm::connection_options opt) {
         connected.reset();
-        rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, opt, {}, connected.handler());
+        rxa::async_connect<rx::rc, rx::busy_poll>(eng, to, opt, {}, rxa::as_exception(connected.handler()));
     }
     template <class Pred>
     bool progress_until(Pred done, std::chrono::milliseconds bound) {
@@ -610,10 +610,10 @@ private:
                 *qpn = c.qp().qp_num();
                 note(c);
             },
-            [this, qpn](std::exception_ptr e, std::optional<connection> c) {
+            rxa::as_exception([this, qpn](std::exception_ptr e, std::optional<connection> c) {
                 adopt(e, std::move(c), *qpn);
                 accept_next();
-            });
+            }));
     }
 
     ::asio::io_context io_;

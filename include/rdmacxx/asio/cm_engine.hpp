@@ -3,9 +3,13 @@
 /// `io::cm_engine`: the Asio driver of a `cm::engine` — one CM event channel for every connection
 /// an executor makes and accepts, advanced by the reactor (a wait on the channel's descriptor and
 /// a timer for the next deadline), with no thread per connection; and the operations on it:
-/// `async_connect(engine, …)`, `async_accept(acceptor, …)`. Any completion token; the
-/// completion signature is `void(std::exception_ptr, std::optional<cm::connection<T, C, Post>>)`.
+/// `async_connect(engine, …)`, `async_accept(acceptor, …)`. Any completion token (none:
+/// `default_token_t`); the completion signature is
+/// `void(std::error_code, std::optional<cm::connection<T, C, Post>>)` whatever the token, and
+/// `co_await` with `asio::use_awaitable` throws the library's exception (`cm::timeout_error`,
+/// `cm::rejected_error`, …; completion.hpp).
 
+#include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"
 #include "rdmacxx/cm/listener.hpp"
@@ -155,8 +159,13 @@ public:
 };
 
 namespace detail {
+/// `co_await` on a connect or accept throws the library's exception (completion.hpp).
+template <transport Transport, completion_strategy Completion, post_policy Post>
+inline constexpr bool is_operation_value_v<std::optional<cm::connection<Transport, Completion, Post>>> = true;
+
 /// The `done` of a handshake on an Asio engine: posts the handler with the outcome to the
-/// handler's associated executor (the engine's by default), never calling it inline.
+/// handler's associated executor (the engine's by default), never calling it inline: the code of
+/// the handshake's exception, or for an `as_exception` handler the exception itself.
 /// The handler is kept here, not in the handshake, so that a start that throws (bad input,
 /// an address that does not resolve) still has it to complete with the error.
 template <class Connection, class Handler>
@@ -178,8 +187,10 @@ struct post_outcome {
         if (!work) return; // completed already
         executor_type ex = std::move(*work);
         work.reset();
-        ::asio::post(ex, [h = std::move(handler), error = std::move(error), c = std::move(c)]() mutable {
-            std::move(h)(std::move(error), std::move(c));
+        using outcome = outcome_for<Handler>;
+        auto first = outcome::first(code_of(error), c, [&] { return error; });
+        ::asio::post(ex, [h = outcome::unwrap(handler), first = std::move(first), c = std::move(c)]() mutable {
+            std::move(h)(std::move(first), std::move(c));
         });
     }
 };
@@ -214,12 +225,14 @@ void initiate(cm_engine& eng, Handler handler, Start start) {
     start_on<Connection>(eng, make_outcome<Connection>(eng, std::move(handler)), std::move(start));
 }
 
-/// What completes a waiting accept whose acceptor is destroyed: `std::system_error`
-/// (`asio::error::operation_aborted`), posted.
+/// What completes a waiting accept whose acceptor is destroyed: `asio::error::operation_aborted`
+/// (an `rdmacxx::error` with that code), posted.
 template <class Connection, class Outcome>
 [[nodiscard]] auto aborter(std::shared_ptr<Outcome> const& outcome) {
     return [outcome] {
-        (*outcome)(std::make_exception_ptr(std::system_error{::asio::error::operation_aborted}), std::nullopt);
+        (*outcome)(std::make_exception_ptr(rdmacxx::error(::asio::error::operation_aborted,
+                                                          "accepting: the acceptor was destroyed")),
+                   std::nullopt);
     };
 }
 
@@ -237,28 +250,51 @@ bool refused(cm_engine& eng, Handler& handler, cm::connection_options const& opt
         return true;
     }
 }
+
+/// The initiation of `async_connect`.
+template <transport Transport, completion_strategy Completion, post_policy Post>
+class initiate_connect {
+public:
+    using executor_type = ::asio::any_io_executor;
+    initiate_connect(cm_engine& eng, cm::address const& destination) : eng_(&eng), destination_(destination) {}
+    /// The engine's executor.
+    [[nodiscard]] executor_type get_executor() const noexcept { return eng_->get_executor(); }
+    template <class Handler>
+    void operator()(Handler handler, cm::connection_options o, cm::qp_source<Transport, Completion, Post> src) const {
+        using connection = cm::connection<Transport, Completion, Post>;
+        initiate<connection>(*eng_, std::move(handler), [&](auto done) {
+            cm::connect<Transport, Completion, Post>(eng_->engine(), destination_, std::move(o), std::move(src),
+                                                     std::move(done));
+        });
+    }
+
+private:
+    cm_engine* eng_;
+    cm::address destination_;
+};
 } // namespace detail
 
 /// Connects to `destination` on `eng` as `cm::connect(engine&, destination, opt, source, done)`
 /// does: the same handshake, the QP from `source` (see `cm::qp_source`; `{}`: the connection's
 /// own), each step within its deadline (`opt.deadlines`), advanced by the reactor; the
 /// connection stays on the engine (no thread). `opt` is copied at initiation. Completes with
-/// `(std::exception_ptr, std::optional<cm::connection<Transport, Completion, Post>>)`, posted to
-/// the handler's associated executor; bad input completes with its `argument_error` (nothing
-/// sent). Spelled `io::async_connect<rc, busy_poll>(eng, to, opt, {}, token)`.
+/// `(std::error_code, std::optional<cm::connection<Transport, Completion, Post>>)` for every
+/// token, posted to the handler's associated executor: the connection (engaged) and no code, or
+/// the code of the failure (ETIMEDOUT for a step's deadline, a reject reason in
+/// `cm::reject_category()`, EINVAL for bad input, nothing sent) and nothing. `co_await` with
+/// `asio::use_awaitable`, and any token under `io::as_exception`, throws or hands over the
+/// library's exception instead (`cm::timeout_error` naming the step, `cm::rejected_error` with
+/// the peer's private data, `argument_error`, …). Spelled
+/// `io::async_connect<rc, busy_poll>(eng, to, opt, {}, token)`; no token: `default_token_t`.
 /// @see rdma_resolve_addr(3), rdma_connect(3)
-template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post, class Token>
+template <transport Transport, completion_strategy Completion, post_policy Post = legacy_post,
+          class Token = default_token_t>
 auto async_connect(cm_engine& eng, cm::address const& destination, cm::connection_options opt,
-                   cm::qp_source<Transport, Completion, Post> source, Token&& token) {
+                   cm::qp_source<Transport, Completion, Post> source, Token&& token = default_token_t{}) {
     using connection = cm::connection<Transport, Completion, Post>;
-    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
-        [&eng, destination](auto handler, cm::connection_options o, cm::qp_source<Transport, Completion, Post> src) {
-            detail::initiate<connection>(eng, std::move(handler), [&](auto done) {
-                cm::connect<Transport, Completion, Post>(eng.engine(), destination, std::move(o), std::move(src),
-                                                         std::move(done));
-            });
-        },
-        token, std::move(opt), std::move(source));
+    return ::asio::async_initiate<Token, void(std::error_code, std::optional<connection>)>(
+        detail::initiate_connect<Transport, Completion, Post>{eng, destination}, token, std::move(opt),
+        std::move(source));
 }
 
 /// A listener on a `cm_engine`: its connect requests wait here until an `async_accept` takes
@@ -280,8 +316,8 @@ public:
     cm_acceptor(cm_acceptor const&) = delete;
     cm_acceptor& operator=(cm_acceptor const&) = delete;
     /// Closes the port (requests not taken are dropped: their peers see a reject), then
-    /// completes every `async_accept` still waiting with `std::system_error`
-    /// (`asio::error::operation_aborted`), posted.
+    /// completes every `async_accept` still waiting with `asio::error::operation_aborted`,
+    /// posted.
     ~cm_acceptor() {
         listener_.reset();
         requests_.clear();
@@ -328,37 +364,57 @@ private:
     std::optional<cm::listener<Transport>> listener_; // closed first by the destructor
 };
 
+namespace detail {
+/// The initiation of `async_accept`.
+template <transport Transport, completion_strategy Completion, post_policy Post, class BeforeAccept>
+class initiate_accept {
+public:
+    using executor_type = ::asio::any_io_executor;
+    explicit initiate_accept(cm_acceptor<Transport>& acceptor) noexcept : acceptor_(&acceptor) {}
+    /// The engine's executor.
+    [[nodiscard]] executor_type get_executor() const noexcept { return acceptor_->engine().get_executor(); }
+    template <class Handler>
+    void operator()(Handler handler, cm::connection_options o, cm::qp_source<Transport, Completion, Post> src,
+                    BeforeAccept ba) const {
+        using connection = cm::connection<Transport, Completion, Post>;
+        cm_engine& eng = acceptor_->engine();
+        if (refused<connection, Transport>(eng, handler, o)) return;
+        auto const outcome = make_outcome<connection>(eng, std::move(handler));
+        acceptor_->wait(
+            [&eng, outcome, o = std::move(o), src = std::move(src), ba = std::move(ba)](cm::connect_request req) mutable {
+                start_on<connection>(eng, outcome, [&](auto done) {
+                    cm::accept<Transport, Completion, Post>(eng.engine(), std::move(req), std::move(o), std::move(src),
+                                                            std::move(ba), std::move(done));
+                });
+            },
+            aborter<connection>(outcome));
+    }
+
+private:
+    cm_acceptor<Transport>* acceptor_;
+};
+} // namespace detail
+
 /// Accepts the next connect request of `acceptor` (waiting for one without a bound; not
 /// cancellable yet: an Asio `||` with a timer waits for it too) as `cm::accept(engine, request,
 /// opt, source, before_accept, done)` does: the QP from `source` (`{}`: the connection's own),
 /// `before_accept(connection&)` called before the accept is sent (post receives there, or note
 /// the QP: a client may send before the completion runs; `{}`: nothing), `established` awaited
 /// within `opt.deadlines.accept` by the reactor. The connection stays on the engine (no
-/// thread). Completes as `async_connect`. Spelled
-/// `io::async_accept<busy_poll>(acceptor, opt, {}, {}, token)`.
+/// thread). Completes as `async_connect`, with `(std::error_code, std::optional<connection>)`;
+/// an acceptor destroyed while the accept waits completes it with
+/// `asio::error::operation_aborted`. Spelled `io::async_accept<busy_poll>(acceptor, opt, {}, {},
+/// token)`; no token: `default_token_t`.
 /// @see rdma_accept(3)
 template <completion_strategy Completion, post_policy Post = legacy_post, transport Transport,
-          class BeforeAccept = cm::no_preparation, class Token>
+          class BeforeAccept = cm::no_preparation, class Token = default_token_t>
 auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt,
-                  cm::qp_source<Transport, Completion, Post> source, BeforeAccept before_accept, Token&& token) {
+                  cm::qp_source<Transport, Completion, Post> source, BeforeAccept before_accept,
+                  Token&& token = default_token_t{}) {
     using connection = cm::connection<Transport, Completion, Post>;
-    return ::asio::async_initiate<Token, void(std::exception_ptr, std::optional<connection>)>(
-        [&acceptor](auto handler, cm::connection_options o, cm::qp_source<Transport, Completion, Post> src,
-                    BeforeAccept ba) {
-            cm_engine& eng = acceptor.engine();
-            if (detail::refused<connection, Transport>(eng, handler, o)) return;
-            auto const outcome = detail::make_outcome<connection>(eng, std::move(handler));
-            acceptor.wait(
-                [&eng, outcome, o = std::move(o), src = std::move(src),
-                 ba = std::move(ba)](cm::connect_request req) mutable {
-                    detail::start_on<connection>(eng, outcome, [&](auto done) {
-                        cm::accept<Transport, Completion, Post>(eng.engine(), std::move(req), std::move(o),
-                                                                std::move(src), std::move(ba), std::move(done));
-                    });
-                },
-                detail::aborter<connection>(outcome));
-        },
-        token, std::move(opt), std::move(source), std::move(before_accept));
+    return ::asio::async_initiate<Token, void(std::error_code, std::optional<connection>)>(
+        detail::initiate_accept<Transport, Completion, Post, BeforeAccept>{acceptor}, token, std::move(opt),
+        std::move(source), std::move(before_accept));
 }
 
 } // namespace io

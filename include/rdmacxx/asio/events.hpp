@@ -4,6 +4,7 @@
 /// descriptor in an `asio::posix::stream_descriptor`, and `async_wait` on it completes with the
 /// next `async_event` (port state changes, CQ overflow, a QP's fatal error, SRQ limit, …).
 
+#include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/async.hpp"
 #include "rdmacxx/context.hpp"
@@ -51,17 +52,24 @@ private:
     ::asio::posix::stream_descriptor descriptor_;
 };
 
+namespace detail {
+/// `co_await` on an async event wait throws the library's exception (completion.hpp).
+template <>
+inline constexpr bool is_operation_value_v<std::optional<async_event>> = true;
+} // namespace detail
+
 /// Waits for the next async event of `s`'s context and completes with
 /// `(std::error_code, std::optional<async_event>)`: the event (engaged; acknowledge it by letting
 /// it go, before destroying the object it names), or an error code and nothing — the errno of a
 /// failed ibv_get_async_event(3), or `asio::error::operation_aborted` when the wait is cancelled
 /// (cancellation slots, `descriptor().cancel()`). An event already waiting is taken at once (the
 /// handler is posted). Bound it with a timer (`asio::steady_timer`, `||`) where it must not wait
-/// for ever.
+/// for ever. The signature is the same for every token; `co_await` with `asio::use_awaitable`
+/// throws `rdmacxx::error` with the code. No token: `default_token_t`.
 /// Thread-safety: one wait at a time per stream, on its executor.
 /// @see ibv_get_async_event(3), ibv_ack_async_event(3)
-template <class Token>
-auto async_wait(async_event_stream& s, Token&& token) {
+template <class Token = default_token_t>
+auto async_wait(async_event_stream& s, Token&& token = default_token_t{}) {
     return ::asio::async_compose<Token, void(std::error_code, std::optional<async_event>)>(
         [&s, started = false](auto& self, std::error_code ec = {}) mutable {
             if (ec) {

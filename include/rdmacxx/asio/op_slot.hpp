@@ -4,6 +4,7 @@
 /// completes with, and how a completion is bound to its handler and posted. Internal to
 /// rdmacxx/asio/dispatcher.hpp.
 
+#include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/work_completion.hpp"
@@ -84,9 +85,10 @@ struct bound_handler {
     void operator()() { std::move(handler)(std::move(first), std::move(second)); }
 };
 
-/// Binds an `op_result` to the handler as its arguments. `Exceptions` true: the first
-/// argument is an `std::exception_ptr` holding the library's exception (for `use_awaitable`).
-template <bool Exceptions, bool Batch>
+/// Binds an `op_result` to the handler as its arguments: `(std::error_code, T)`, or for an
+/// `as_exception` handler `(std::exception_ptr, T)` with the library's exception (completion.hpp);
+/// T is the work completion, or for a batch wait the number of completions taken.
+template <bool Batch>
 struct completer {
     template <class Handler>
     static auto bind(Handler&& h, op_result const& r) {
@@ -96,19 +98,10 @@ struct completer {
             else
                 return r.wc;
         }();
-        using handler_t = std::decay_t<Handler>;
-        if constexpr (Exceptions)
-            return bound_handler<handler_t, std::exception_ptr, decltype(second)>{std::forward<Handler>(h),
-                                                                                  to_exception(r), second};
-        else
-            return bound_handler<handler_t, std::error_code, decltype(second)>{std::forward<Handler>(h), r.ec, second};
-    }
-    static std::exception_ptr to_exception(op_result const& r) {
-        if (!r.ec) return nullptr;
-        if (r.ex) return r.ex;
-        if (r.ec.category() == wc_category())
-            return std::make_exception_ptr(rdmacxx::detail::failed_completion_error(r.wc.native()));
-        return std::make_exception_ptr(error(r.ec, Batch ? "async_wait on a CQ" : "an RDMA operation"));
+        using outcome = outcome_for<std::decay_t<Handler>>;
+        auto first = outcome::first(r.ec, second, [&] { return r.ex; });
+        return bound_handler<typename outcome::handler_type, typename outcome::first_type, decltype(second)>{
+            outcome::unwrap(h), std::move(first), second};
     }
 };
 

@@ -2,8 +2,10 @@
 /// @file
 /// The Asio adapter's data-path operations on a `completion_dispatcher`: `async_post` (one typed
 /// send-queue request, or a `chain` of them), `async_recv` (on a QP or an SRQ) and `async_wait`
-/// (a batch of completions of a CQ). Each takes any Asio completion token.
+/// (a batch of completions of a CQ). Each takes any Asio completion token (none: `default_token_t`)
+/// and completes with `void(std::error_code, T)` whatever the token (completion.hpp).
 
+#include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/qp.hpp"
 #include "rdmacxx/srq.hpp"
@@ -39,21 +41,6 @@ struct chain {
 };
 
 namespace detail {
-template <class T>
-struct is_use_awaitable : std::false_type {};
-#if defined(ASIO_HAS_CO_AWAIT) // Asio 1.22 sees coroutines under g++; under clang define it (docs/asio.md)
-template <class Executor>
-struct is_use_awaitable<::asio::use_awaitable_t<Executor>> : std::true_type {};
-#endif
-
-/// True when the token is `asio::use_awaitable`: the operation's first argument is then an
-/// `std::exception_ptr` with the library's exception, which `co_await` throws.
-template <class Token>
-inline constexpr bool throws_v = is_use_awaitable<std::decay_t<Token>>::value;
-
-template <bool Exceptions, class T>
-using signature_t = std::conditional_t<Exceptions, void(std::exception_ptr, T), void(std::error_code, T)>;
-
 // Posts copies of `wrs` tagged `tag`, the last signaled and the others not.
 template <class QP, class... Wrs, std::size_t... I>
 void post_tagged(QP& qp, std::uint64_t tag, std::tuple<Wrs...> const& wrs, std::index_sequence<I...>) {
@@ -84,140 +71,188 @@ void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, P
     }
     d.watch();
 }
+
+/// The initiation of `async_post` on a QP of type `QP`.
+template <class QP>
+class initiate_post {
+public:
+    using executor_type = completion_dispatcher::executor_type;
+    initiate_post(completion_dispatcher& d, QP& qp) noexcept : d_(&d), qp_(&qp) {}
+    /// The dispatcher's executor.
+    [[nodiscard]] executor_type get_executor() const noexcept { return d_->get_executor(); }
+    template <class Handler, class... Wrs>
+    void operator()(Handler handler, chain<Wrs...> const& c) const {
+        ibv_qp* const native = qp_->native_handle();
+        start<completer<false>>(*d_, handler, native, native != nullptr ? native->send_cq : nullptr,
+                                [&](std::uint64_t tag) { post_tagged(*qp_, tag, c.wrs, std::index_sequence_for<Wrs...>{}); });
+    }
+
+private:
+    completion_dispatcher* d_;
+    QP* qp_;
+};
+
+/// The initiation of `async_recv` on a QP (`Target` a `queue_pair`) or an SRQ.
+template <class Target>
+class initiate_recv {
+public:
+    using executor_type = completion_dispatcher::executor_type;
+    initiate_recv(completion_dispatcher& d, Target& target) noexcept : d_(&d), target_(&target) {}
+    /// The dispatcher's executor.
+    [[nodiscard]] executor_type get_executor() const noexcept { return d_->get_executor(); }
+    template <class Handler, class Recv>
+    void operator()(Handler handler, Recv const& r) const {
+        ibv_qp* qp = nullptr; // an SRQ's receive names no QP and no CQ
+        ibv_cq* cq = nullptr;
+        if constexpr (!std::is_same_v<Target, shared_receive_queue>) {
+            qp = target_->native_handle();
+            cq = qp != nullptr ? qp->recv_cq : nullptr;
+        }
+        start<completer<false>>(*d_, handler, qp, cq, [&](std::uint64_t tag) {
+            Recv copy = r;
+            target_->post_recv(copy.id(tag));
+        });
+    }
+
+private:
+    completion_dispatcher* d_;
+    Target* target_;
+};
+
+/// The initiation of `async_wait` on a batch CQ.
+template <class CQ>
+class initiate_batch_wait {
+public:
+    using executor_type = completion_dispatcher::executor_type;
+    initiate_batch_wait(completion_dispatcher& d, CQ& cq, std::span<work_completion> out) noexcept
+        : d_(&d), cq_(&cq), out_(out) {}
+    /// The dispatcher's executor.
+    [[nodiscard]] executor_type get_executor() const noexcept { return d_->get_executor(); }
+    template <class Handler>
+    void operator()(Handler handler) const {
+        using completer = detail::completer<true>;
+        completion_dispatcher& d = *d_;
+        auto const inside = d.enter(); // thread_rule.hpp: before anything is touched
+        auto* entry = d.find(cq_->native_handle());
+        if (entry == nullptr || entry->waiter != completion_dispatcher::npos) [[unlikely]]
+            rdmacxx::detail::throw_argument("async_wait: the CQ already has a wait pending");
+        std::size_t n = cq_->poll(out_);
+        if (n == 0) {
+            cq_->arm();
+            n = cq_->poll(out_);
+        }
+        if (n != 0) {
+            ::asio::post(d.get_executor(), completer::bind(std::move(handler), detail::op_result{{}, {}, n, {}}));
+            return;
+        }
+        std::uint32_t const i = d.acquire<completer>(handler, true, nullptr, cq_->native_handle());
+        if (i == completion_dispatcher::npos) [[unlikely]] {
+            detail::op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
+            ::asio::post(d.get_executor(), completer::bind(std::move(handler), r));
+            return;
+        }
+        entry->waiter = i;
+        entry->out = out_;
+        d.ensure_reading();
+    }
+
+private:
+    completion_dispatcher* d_;
+    CQ* cq_;
+    std::span<work_completion> out_;
+};
 } // namespace detail
 
 /// Posts `c`'s requests to `qp`'s send queue as one chain and completes when the last one's
-/// completion is reaped by `d`: with `(std::error_code, work_completion)` — the code in
-/// `wc_category()` when the completion failed (e.g. `IBV_WC_REM_ACCESS_ERR` for a bad rkey),
-/// `asio::error::operation_aborted` when cancelled and flushed (see `cancel_mode`), the errno
-/// of a refused post (EINVAL for bad input, nothing posted) or ENOBUFS when the dispatcher has
-/// no free slot — or, for `asio::use_awaitable`, with `(std::exception_ptr, work_completion)`:
-/// `co_await` throws `wc_error` for a failed completion, `argument_error` / `wr_error` for a
-/// refused post, `rdmacxx::error` for the rest. The requests' `wr_id`s and signaled flags are
-/// replaced (the `wr_id` names the operation's slot). The memory they use must stay registered
-/// and untouched until the operation completes; a cancelled operation completes only once its
-/// request's completion has been reaped (`cancel_mode` says what the cancellation does meanwhile).
-/// Requests the transport does not allow do not compile. `qp`'s send CQ must be added to `d`.
+/// completion is reaped by `d`, with `(std::error_code, work_completion)` for every token: the
+/// code in `wc_category()` when the completion failed (e.g. `IBV_WC_REM_ACCESS_ERR` for a bad
+/// rkey), `asio::error::operation_aborted` when cancelled and flushed (see `cancel_mode`), the
+/// errno of a refused post (EINVAL for bad input, nothing posted) or ENOBUFS when the dispatcher
+/// has no free slot. `co_await` with `asio::use_awaitable` (and any token under
+/// `io::as_exception`) throws the library's exception instead: `wc_error` for a failed
+/// completion, `argument_error` / `wr_error` for a refused post, `rdmacxx::error` for the rest.
+/// The requests' `wr_id`s and signaled flags are replaced (the `wr_id` names the operation's
+/// slot). The memory they use must stay registered and untouched until the operation completes;
+/// a cancelled operation completes only once its request's completion has been reaped
+/// (`cancel_mode` says what the cancellation does meanwhile). Requests the transport does not
+/// allow do not compile. `qp`'s send CQ must be added to `d`. No token: `default_token_t`.
 /// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_send(3)
-template <transport Transport, completion_strategy Completion, post_policy Post, class... Wrs, class Token>
+template <transport Transport, completion_strategy Completion, post_policy Post, class... Wrs,
+          class Token = default_token_t>
     requires(postable_on<Wrs, Transport>&&...)
 auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, chain<Wrs...> const& c,
-                Token&& token) {
-    constexpr bool ex = detail::throws_v<Token>;
-    using completer = detail::completer<ex, false>;
-    return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
-        [&d, &qp](auto handler, chain<Wrs...> const& wrs) {
-            ibv_qp* const native = qp.native_handle();
-            detail::start<completer>(
-                d, handler, native, native != nullptr ? native->send_cq : nullptr,
-                [&](std::uint64_t tag) { detail::post_tagged(qp, tag, wrs.wrs, std::index_sequence_for<Wrs...>{}); });
-        },
-        token, c);
+                Token&& token = default_token_t{}) {
+    return ::asio::async_initiate<Token, void(std::error_code, work_completion)>(
+        detail::initiate_post<queue_pair<Transport, Completion, Post>>{d, qp}, token, c);
 }
 
 /// Posts one send-queue request `wr` (send, send_imm, write, write_imm, read, compare_swap,
 /// fetch_add, as the transport allows) and completes with its completion; see
 /// `async_post(d, qp, chain, token)`.
 /// @see ibv_post_send(3)
-template <transport Transport, completion_strategy Completion, post_policy Post, class Wr, class Token>
+template <transport Transport, completion_strategy Completion, post_policy Post, class Wr,
+          class Token = default_token_t>
     requires postable_on<Wr, Transport>
-auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Wr const& wr, Token&& token) {
+auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Wr const& wr,
+                Token&& token = default_token_t{}) {
     return async_post(d, qp, chain<Wr>{wr}, std::forward<Token>(token));
 }
 
 /// Posts receive `r` to `qp`'s receive queue and completes with its completion (`byte_len()`,
-/// `imm_data()`, …), errors as `async_post`'s (a QP moved to ERR, e.g. by a peer's disconnect,
-/// completes it with `IBV_WC_WR_FLUSH_ERR`). `qp`'s receive CQ must be added to `d`.
+/// `imm_data()`, …), `(std::error_code, work_completion)`, errors as `async_post`'s (a QP moved
+/// to ERR, e.g. by a peer's disconnect, completes it with `IBV_WC_WR_FLUSH_ERR`). `qp`'s receive
+/// CQ must be added to `d`. No token: `default_token_t`.
 /// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_recv(3)
-template <transport Transport, completion_strategy Completion, post_policy Post, recv_work_request Recv, class Token>
-auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Recv const& r, Token&& token) {
-    constexpr bool ex = detail::throws_v<Token>;
-    using completer = detail::completer<ex, false>;
-    return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
-        [&d, &qp](auto handler, Recv const& wr) {
-            ibv_qp* const native = qp.native_handle();
-            detail::start<completer>(d, handler, native, native != nullptr ? native->recv_cq : nullptr,
-                                     [&](std::uint64_t tag) {
-                                         Recv copy = wr;
-                                         qp.post_recv(copy.id(tag));
-                                     });
-        },
-        token, r);
+template <transport Transport, completion_strategy Completion, post_policy Post, recv_work_request Recv,
+          class Token = default_token_t>
+auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Recv const& r,
+                Token&& token = default_token_t{}) {
+    return ::asio::async_initiate<Token, void(std::error_code, work_completion)>(
+        detail::initiate_recv<queue_pair<Transport, Completion, Post>>{d, qp}, token, r);
 }
 
 /// Posts receive `r` to `srq` and completes with the completion of the message that lands in
-/// it, from whichever QP (`qp_num()` says which). Receives in an SRQ are not flushed when a QP
-/// goes: they wait for the next message. Cancelling one waits for that message too, under either
-/// `cancel_mode` (an SRQ has no QP to move to ERR). The CQ of the QPs on `srq` must be added to `d`.
+/// it, from whichever QP (`qp_num()` says which), as `async_recv` on a QP. Receives in an SRQ are
+/// not flushed when a QP goes: they wait for the next message. Cancelling one waits for that
+/// message too, under either `cancel_mode` (an SRQ has no QP to move to ERR). The CQ of the QPs
+/// on `srq` must be added to `d`. No token: `default_token_t`.
 /// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_srq_recv(3)
-template <recv_work_request Recv, class Token>
-auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const& r, Token&& token) {
-    constexpr bool ex = detail::throws_v<Token>;
-    using completer = detail::completer<ex, false>;
-    return ::asio::async_initiate<Token, detail::signature_t<ex, work_completion>>(
-        [&d, &srq](auto handler, Recv const& wr) {
-            detail::start<completer>(d, handler, nullptr, nullptr, [&](std::uint64_t tag) {
-                Recv copy = wr;
-                srq.post_recv(copy.id(tag));
-            });
-        },
-        token, r);
+template <recv_work_request Recv, class Token = default_token_t>
+auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const& r, Token&& token = default_token_t{}) {
+    return ::asio::async_initiate<Token, void(std::error_code, work_completion)>(
+        detail::initiate_recv<shared_receive_queue>{d, srq}, token, r);
 }
 
 /// Waits for completions of `cq` (added to `d` as `cq_mode::batch`) and completes with how
-/// many it took into `out` (1 … `out.size()`): `(std::error_code, std::size_t)`, or for
-/// `asio::use_awaitable` `(std::exception_ptr, std::size_t)`. Completions already there are
-/// taken at once (the handler is posted); otherwise the CQ is armed, polled once more, and the
-/// wait parks until the channel says the CQ has more. Cancellation completes it with
-/// `operation_aborted` and takes nothing. `out` must stay valid until it completes.
+/// many it took into `out` (1 … `out.size()`): `(std::error_code, std::size_t)` for every token
+/// (`use_awaitable` throws `std::system_error` with the code: a batch wait fails only with
+/// `operation_aborted`, EIO or ENOBUFS, which have nothing more to say). Completions already
+/// there are taken at once (the handler is posted); otherwise the CQ is armed, polled once more,
+/// and the wait parks until the channel says the CQ has more. Cancellation completes it with
+/// `operation_aborted` and takes nothing. `out` must stay valid until it completes. No token:
+/// `default_token_t`.
 /// @throws argument_error when `cq` is not a batch CQ of `d` or already has a wait pending
 ///         (nothing started); sys_error when polling or arming fails.
 /// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_poll_cq(3), ibv_req_notify_cq(3)
-template <class Completion, class Token>
+template <class Completion, class Token = default_token_t>
 auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std::span<work_completion> out,
-                Token&& token) {
+                Token&& token = default_token_t{}) {
     auto* e = d.find(cq.native_handle());
     if (e == nullptr || !e->batch) [[unlikely]]
         rdmacxx::detail::throw_argument(
             "async_wait: the CQ is not a batch CQ of this dispatcher (add(cq, cq_mode::batch))");
     if (out.empty()) [[unlikely]]
         rdmacxx::detail::throw_argument("async_wait: the output span is empty");
-    constexpr bool ex = detail::throws_v<Token>;
-    using completer = detail::completer<ex, true>;
-    return ::asio::async_initiate<Token, detail::signature_t<ex, std::size_t>>(
-        [&d, &cq, out](auto handler) {
-            auto const inside = d.enter(); // thread_rule.hpp: before anything is touched
-            auto* entry = d.find(cq.native_handle());
-            if (entry == nullptr || entry->waiter != completion_dispatcher::npos) [[unlikely]]
-                rdmacxx::detail::throw_argument("async_wait: the CQ already has a wait pending");
-            std::size_t n = cq.poll(out);
-            if (n == 0) {
-                cq.arm();
-                n = cq.poll(out);
-            }
-            if (n != 0) {
-                ::asio::post(d.get_executor(), completer::bind(std::move(handler), detail::op_result{{}, {}, n, {}}));
-                return;
-            }
-            std::uint32_t const i = d.acquire<completer>(handler, true, nullptr, cq.native_handle());
-            if (i == completion_dispatcher::npos) [[unlikely]] {
-                detail::op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
-                ::asio::post(d.get_executor(), completer::bind(std::move(handler), r));
-                return;
-            }
-            entry->waiter = i;
-            entry->out = out;
-            d.ensure_reading();
-        },
-        token);
+    return ::asio::async_initiate<Token, void(std::error_code, std::size_t)>(
+        detail::initiate_batch_wait<completion_queue<Completion>>{d, cq, out}, token);
 }
 
 } // namespace io

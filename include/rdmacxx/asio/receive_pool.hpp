@@ -152,6 +152,8 @@ public:
     /// @endcond
 
 protected:
+    // The dispatcher, wherever it has moved to.
+    completion_dispatcher& dispatcher() const { return d_.get("receive pool", "completion dispatcher"); }
     receive_pool_base(completion_dispatcher& d, local_span<std::byte> memory, receive_pool_options const& opt)
         : d_(d.anchor_cell()), memory_(memory), opt_(check(opt, memory.size())), anchor_(this), arrived_(opt.receives),
           handout_(opt.receives, 0), revoked_(opt.receives, 0) {
@@ -259,7 +261,6 @@ private:
         return r;
     }
 
-    completion_dispatcher& dispatcher() const { return d_.get("receive pool", "completion dispatcher"); }
 
     // Installed in a waiter's cancellation slot once a message is on its way to its handler: a
     // cancellation then (an Asio `||` whose other operation completed first, which discards this
@@ -370,33 +371,33 @@ struct message_binder {
         bool const watched = delivery.is_connected();
         if (watched) delivery.clear();
         if (watched && message.put_back_if_revoked()) { // cancelled on its way: the next async_receive takes it
-            op_result const aborted{::asio::error::operation_aborted, {}, 0, {}};
+            std::error_code const aborted = ::asio::error::operation_aborted;
             if constexpr (std::is_same_v<First, std::exception_ptr>)
-                std::move(handler)(completer<true, false>::to_exception(aborted), received_message{});
+                std::move(handler)(exception_of(aborted, received_message{}), received_message{});
             else
-                std::move(handler)(aborted.ec, received_message{});
+                std::move(handler)(aborted, received_message{});
             return;
         }
         std::move(handler)(std::move(first), std::move(message));
     }
 };
 
-/// Binds a pool's result to the handler: `(std::error_code, received_message)`, or for
-/// `use_awaitable` `(std::exception_ptr, received_message)`.
-template <bool Exceptions>
+/// Binds a pool's result to the handler: `(std::error_code, received_message)`, or for an
+/// `as_exception` handler (`use_awaitable`) `(std::exception_ptr, received_message)`.
 struct message_completer {
     template <class Handler>
     static auto bind(Handler&& h, op_result const& r) {
-        using handler_t = std::decay_t<Handler>;
-        if constexpr (Exceptions)
-            return message_binder<handler_t, std::exception_ptr>{std::forward<Handler>(h),
-                                                                 completer<true, false>::to_exception(r),
-                                                                 receive_pool_base::message_of(r), r.delivery};
-        else
-            return message_binder<handler_t, std::error_code>{std::forward<Handler>(h), r.ec,
-                                                              receive_pool_base::message_of(r), r.delivery};
+        using outcome = outcome_for<std::decay_t<Handler>>;
+        received_message message = receive_pool_base::message_of(r);
+        auto first = outcome::first(r.ec, r.wc, [&] { return r.ex; });
+        return message_binder<typename outcome::handler_type, typename outcome::first_type>{
+            outcome::unwrap(h), std::move(first), std::move(message), r.delivery};
     }
 };
+
+/// `co_await pool.async_receive(asio::use_awaitable)` throws the library's exception.
+template <>
+inline constexpr bool is_operation_value_v<received_message> = true;
 } // namespace detail
 } // namespace io
 } // namespace v0
@@ -454,18 +455,25 @@ public:
         post_all();
     }
 
-    /// Completes with the next message, oldest first: `(std::error_code, received_message)`, or
-    /// for `asio::use_awaitable` `(std::exception_ptr, received_message)` (`co_await` throws
-    /// `wc_error` for a failed receive). One already there completes it at once (posted).
-    template <class Token>
-    auto async_receive(Token&& token) {
-        constexpr bool ex = detail::throws_v<Token>;
-        using completer = detail::message_completer<ex>;
-        return ::asio::async_initiate<Token, detail::signature_t<ex, received_message>>(
-            [this](auto handler) { this->template start<completer>(handler); }, token);
+    /// Completes with the next message, oldest first: `(std::error_code, received_message)` for
+    /// every token (`co_await` with `asio::use_awaitable` throws `wc_error` for a failed receive).
+    /// One already there completes it at once (posted). No token: `default_token_t`.
+    template <class Token = default_token_t>
+    auto async_receive(Token&& token = default_token_t{}) {
+        return ::asio::async_initiate<Token, void(std::error_code, received_message)>(initiation{this}, token);
     }
 
 private:
+    // The initiation of `async_receive`.
+    struct initiation {
+        using executor_type = completion_dispatcher::executor_type;
+        receive_pool* pool;
+        [[nodiscard]] executor_type get_executor() const { return pool->dispatcher().get_executor(); }
+        template <class Handler>
+        void operator()(Handler handler) const {
+            pool->template start<detail::message_completer>(handler);
+        }
+    };
     void post(recv<1> const& r) override { target_.post_recv(r); }
     Target& target_;
 };
