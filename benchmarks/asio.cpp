@@ -3,7 +3,10 @@
 // Benchmark and standalone Asio; tools/bench runs it as its group "asio".
 //
 // Usage: bench-asio [Google Benchmark flags]
-// Environment: RDMACXX_DEVICE (the device; default the first).
+// Environment: RDMACXX_DEVICE (the device; default the first); RDMACXX_BENCH_ITERATIONS=N runs
+// every benchmark for exactly N iterations, once (no calibration runs): tools/bench runs a row
+// under `strace -c -f` with two such counts and divides the difference in system calls by the
+// difference in iterations, which leaves the set-up out.
 // Exit status: 0 when every benchmark ran; 1 when one failed (its row says why) or none ran.
 //
 // Names are asio/TWIN/ROW/8, TWIN one of
@@ -701,13 +704,19 @@ void rate_loop(benchmark::State& st) {
     st.counters["in_flight"] = rate_window;
 }
 
+/// `b` with exactly RDMACXX_BENCH_ITERATIONS iterations when that is set (see the top).
+benchmark::internal::Benchmark* fixed(benchmark::internal::Benchmark* b) {
+    if (char const* n = std::getenv("RDMACXX_BENCH_ITERATIONS"); n != nullptr && *n != '\0')
+        b->Iterations(static_cast<benchmark::IterationCount>(std::strtoll(n, nullptr, 10)));
+    return b;
+}
 void add_rtt(char const* twin, char const* r, void (*fn)(benchmark::State&)) {
     std::string const name = name_of({"asio", twin, r, std::to_string(msg_bytes)});
-    benchmark::RegisterBenchmark(name.c_str(), fn)->UseManualTime()->Unit(benchmark::kMicrosecond);
+    fixed(benchmark::RegisterBenchmark(name.c_str(), fn)->UseManualTime()->Unit(benchmark::kMicrosecond));
 }
 void add_rate(char const* twin, void (*fn)(benchmark::State&)) {
     std::string const name = name_of({"asio", twin, "send_rate_q64", std::to_string(msg_bytes)});
-    benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    fixed(benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime()->Unit(benchmark::kMicrosecond));
 }
 
 void register_asio() {

@@ -1,10 +1,11 @@
 #pragma once
 /// @file
-/// The Asio adapter (optional; standalone Asio 1.22 or later, `#include <asio.hpp>`'s library):
+/// The Asio adapter (optional; standalone Asio 1.22 or later, `#include <asio.hpp>`'s library, or
+/// Boost.Asio from Boost 1.81 with `RDMACXX_ASIO_BOOST` defined to 1: rdmacxx/asio/net.hpp):
 /// RDMA completions, RDMA CM steps and device async events as Asio asynchronous operations.
 /// Every operation takes a completion token: a callback, `asio::use_future`,
 /// `asio::experimental::deferred` or `asio::use_awaitable` (C++20 coroutines), or none
-/// (`io::default_token_t`), and completes with `void(std::error_code, T)` whatever the token;
+/// (`io::default_token_t`), and completes with `void(io::error_code, T)` whatever the token;
 /// `co_await` throws the library's exception (`io::as_exception` hands it to any other token). Nothing else in
 /// rdmacxx includes Asio, and the umbrella rdmacxx.hpp does not include this header.
 ///
@@ -12,6 +13,7 @@
 /// `::asio` for code that says `using namespace rdmacxx;`): `rdmacxx::io::completion_dispatcher`,
 /// `rdmacxx::io::async_post`, and so on, beside `asio::io_context`.
 ///
+/// - rdmacxx/asio/net.hpp: which Asio (`io::net`), and `io::error_code`;
 /// - rdmacxx/asio/completion.hpp: the completion signature, `as_exception`, `default_token_t`;
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
@@ -32,6 +34,7 @@
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/events.hpp"
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/operations.hpp"
 #include "rdmacxx/asio/post_pool.hpp"

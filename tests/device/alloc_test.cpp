@@ -3,6 +3,7 @@
 // event_driven CQs, must not allocate once. Its own executable (alloc_tests), so that the
 // replacement touches no other test.
 
+#include "asio_net.hpp"
 #include "fixture.hpp"
 
 #include <atomic>
@@ -186,12 +187,6 @@ TEST_CASE_TEMPLATE("posting and polling every work-request kind allocates nothin
 // what it posts (completions, sweeps) from its post pool; Asio recycles its coroutine frames
 // per thread.
 #include "rdmacxx/asio.hpp"
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/io_context.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <optional>
 

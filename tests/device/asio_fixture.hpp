@@ -1,11 +1,10 @@
 #pragma once
 // What the Asio adapter's device tests share: two connected RC QPs served by one dispatcher, and
 // a bounded run of an io_context.
+#include "asio_net.hpp"
 #include "rdmacxx/asio.hpp"
 
 #include "fixture.hpp"
-
-#include <asio/io_context.hpp>
 
 #include <chrono>
 #include <cstdint>

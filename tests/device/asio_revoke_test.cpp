@@ -6,11 +6,10 @@
 // bind 44's span could write into bind 300's memory), the library refuses the bind and the
 // test moves to a new window. Bounded: every step runs within run_bounded's 20 s.
 #include "asio_fixture.hpp"
+#include "asio_net.hpp"
 #include "fixture.hpp"
 
 #include "rdmacxx/memory_window.hpp"
-
-#include <asio/steady_timer.hpp>
 
 #include <chrono>
 #include <cstddef>

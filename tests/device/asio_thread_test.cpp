@@ -5,9 +5,8 @@
 // join, run elsewhere) keeps working. Bounded: the two-thread run stops at the refusal or after
 // 10 s, and then fails.
 #include "asio_fixture.hpp"
+#include "asio_net.hpp"
 #include "fixture.hpp"
-
-#include <asio/post.hpp>
 
 #include <atomic>
 #include <chrono>

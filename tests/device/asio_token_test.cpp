@@ -4,13 +4,7 @@
 // token at all — and the library's exception reaches co_await and io::as_exception. Each
 // initiation names the dispatcher's executor.
 #include "asio_fixture.hpp"
-
-#include <asio/co_spawn.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/deferred.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
+#include "asio_net.hpp"
 
 #include <chrono>
 #include <exception>
@@ -80,7 +74,7 @@ TEST_CASE("asio: a bad rkey reaches every token with one code, and co_await and 
         REQUIRE(f.wait_for(10s) == std::future_status::ready); // set on the promise executor
         try {
             (void)f.get();
-        } catch (std::system_error const& e) {
+        } catch (test::net_system_error const& e) {
             codes.push_back(e.code());
         }
     }
@@ -109,7 +103,7 @@ TEST_CASE("asio: a bad rkey reaches every token with one code, and co_await and 
         ::asio::co_spawn(
             q.p.io,
             [&]() -> ::asio::awaitable<void> {
-                std::error_code ec;
+                rxa::error_code ec; // Asio's own: std::error_code, or boost::system::error_code
                 (void)co_await q.write(::asio::redirect_error(::asio::use_awaitable, ec));
                 codes.push_back(ec);
             },
@@ -137,13 +131,13 @@ TEST_CASE("asio: a bad rkey reaches every token with one code, and co_await and 
     }
     SUBCASE("as_exception: a callback and use_future get wc_error") {
         p.write(rxa::as_exception([&](std::exception_ptr e, rx::work_completion wc) {
-                  CHECK(wc.status() == IBV_WC_REM_ACCESS_ERR);
-                  try {
-                      std::rethrow_exception(e);
-                  } catch (rx::wc_error const& x) {
-                      codes.push_back(x.code());
-                  }
-              }));
+            CHECK(wc.status() == IBV_WC_REM_ACCESS_ERR);
+            try {
+                std::rethrow_exception(e);
+            } catch (rx::wc_error const& x) {
+                codes.push_back(x.code());
+            }
+        }));
         run_bounded(p.p.io);
         auto f = q.write(rxa::as_exception(::asio::use_future));
         run_bounded(q.p.io);
@@ -199,7 +193,7 @@ TEST_CASE("asio: a refused post is EINVAL for every token and argument_error for
     if (failure) std::rethrow_exception(failure);
     try {
         (void)f.get();
-    } catch (std::system_error const& e) {
+    } catch (test::net_system_error const& e) {
         codes.push_back(e.code());
     }
     CHECK(typed == 2);

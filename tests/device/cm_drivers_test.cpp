@@ -7,13 +7,12 @@
 //
 // The killed peers are the device_tests program re-executed (cm_fault_test.cpp's child entry:
 // "peer connect PORT", "peer accept"), beside this program in the build tree.
+#include "asio_net.hpp"
 #include "child_process.hpp"
 #include "fixture.hpp"
 
 #include "rdmacxx/asio.hpp"
 #include "rdmacxx/rdmacxx.hpp"
-
-#include <asio/io_context.hpp>
 
 #include <algorithm>
 #include <array>

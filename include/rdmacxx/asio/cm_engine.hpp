@@ -5,25 +5,16 @@
 /// a timer for the next deadline), with no thread per connection; and the operations on it:
 /// `async_connect(engine, …)`, `async_accept(acceptor, …)`. Any completion token (none:
 /// `default_token_t`); the completion signature is
-/// `void(std::error_code, std::optional<cm::connection<T, C, Post>>)` whatever the token, and
+/// `void(io::error_code, std::optional<cm::connection<T, C, Post>>)` whatever the token, and
 /// `co_await` with `asio::use_awaitable` throws the library's exception (`cm::timeout_error`,
 /// `cm::rejected_error`, …; completion.hpp).
 
 #include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"
 #include "rdmacxx/cm/listener.hpp"
 #include "rdmacxx/detail/callback.hpp"
-
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/error.hpp>
-#include <asio/execution/outstanding_work.hpp>
-#include <asio/posix/stream_descriptor.hpp>
-#include <asio/post.hpp>
-#include <asio/prefer.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -60,7 +51,7 @@ public:
 
     /// An engine on `ex`, with its own CM event channel.
     /// @throws sys_error when the channel or its duplicate descriptor cannot be made.
-    explicit cm_engine(::asio::any_io_executor const& ex) : descriptor_(ex), timer_(ex) {
+    explicit cm_engine(net::any_io_executor const& ex) : descriptor_(ex), timer_(ex) {
         detail::assign_duplicate(descriptor_, engine_.fd(), "for a CM engine's event channel");
     }
     cm_engine(cm_engine const&) = delete;
@@ -74,7 +65,7 @@ public:
     /// The engine (to make listeners on, or to start work on directly; call `arm()` after).
     [[nodiscard]] cm::engine& engine() noexcept { return engine_; }
     /// The executor.
-    [[nodiscard]] ::asio::any_io_executor get_executor() noexcept { return descriptor_.get_executor(); }
+    [[nodiscard]] net::any_io_executor get_executor() noexcept { return descriptor_.get_executor(); }
 
     /// Starts waiting if it is not, and brings the timer forward to the engine's next deadline if
     /// that comes sooner: the operations call it.
@@ -87,7 +78,7 @@ public:
         }
         armed_ = true;
         ++generation_;
-        descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read, on_wake());
+        descriptor_.async_wait(net::posix::stream_descriptor::wait_read, on_wake());
         arm_timer();
     }
 
@@ -102,7 +93,7 @@ public:
     void stop() noexcept {
         armed_ = false;
         ++generation_;
-        std::error_code ignored;
+        detail::net_error_code ignored;
         descriptor_.cancel(ignored);
         timer_.cancel();
     }
@@ -121,8 +112,8 @@ private:
         cm_engine* self;
         std::shared_ptr<bool> alive;
         std::uint64_t generation;
-        void operator()(std::error_code ec) const {
-            if (!*alive || ec == ::asio::error::operation_aborted || generation != self->generation_) return;
+        void operator()(detail::net_error_code ec) const {
+            if (!*alive || ec == io::detail::operation_aborted() || generation != self->generation_) return;
             self->wake();
         }
     };
@@ -143,8 +134,8 @@ private:
     }
 
     cm::engine engine_;
-    ::asio::posix::stream_descriptor descriptor_;
-    ::asio::steady_timer timer_;
+    net::posix::stream_descriptor descriptor_;
+    net::steady_timer timer_;
     bool armed_ = false;
     std::uint64_t generation_ = 0; // of the current waits: older ones are ignored
     // Read by the handlers of waits that complete after the destructor ran.
@@ -172,24 +163,37 @@ template <class Connection, class Handler>
 struct post_outcome {
     // The handler's associated executor (any kind: an io_context's, a strand, use_future's),
     // with outstanding work tracked.
-    using executor_type = std::decay_t<decltype(::asio::prefer(
-        ::asio::get_associated_executor(std::declval<Handler&>(), std::declval<::asio::any_io_executor const&>()),
-        ::asio::execution::outstanding_work.tracked))>;
+    using executor_type = std::decay_t<decltype(net::prefer(
+        net::get_associated_executor(std::declval<Handler&>(), std::declval<net::any_io_executor const&>()),
+        net::execution::outstanding_work.tracked))>;
 
-    post_outcome(Handler h, ::asio::any_io_executor const& fallback)
-        : handler(std::move(h)), work(std::in_place, ::asio::prefer(::asio::get_associated_executor(handler, fallback),
-                                                                    ::asio::execution::outstanding_work.tracked)) {}
+    post_outcome(Handler h, net::any_io_executor const& fallback)
+        : handler(std::move(h)), work(std::in_place, net::prefer(net::get_associated_executor(handler, fallback),
+                                                                 net::execution::outstanding_work.tracked)) {}
     Handler handler;
     // The handler's executor, kept busy until the completion is posted to it (its run() does not
     // return meanwhile, even when it is another context than the engine's); released then.
     std::optional<executor_type> work;
     void operator()(std::exception_ptr error, std::optional<Connection> c) {
+        error_code const ec = code_of(error); // before the exception is moved on
+        complete(ec, std::move(error), std::move(c));
+    }
+    /// Completes with Asio's own `operation_aborted` (the acceptor went while the accept waited).
+    void abort() {
+        complete(operation_aborted(),
+                 std::make_exception_ptr(
+                     rdmacxx::error(std::error_code{operation_aborted()}, "accepting: the acceptor was destroyed")),
+                 std::nullopt);
+    }
+
+private:
+    void complete(error_code ec, std::exception_ptr error, std::optional<Connection> c) {
         if (!work) return; // completed already
         executor_type ex = std::move(*work);
         work.reset();
         using outcome = outcome_for<Handler>;
-        auto first = outcome::first(code_of(error), c, [&] { return error; });
-        ::asio::post(ex, [h = outcome::unwrap(handler), first = std::move(first), c = std::move(c)]() mutable {
+        auto first = outcome::first(ec, c, [&] { return error; });
+        net::post(ex, [h = outcome::unwrap(handler), first = std::move(first), c = std::move(c)]() mutable {
             std::move(h)(std::move(first), std::move(c));
         });
     }
@@ -229,11 +233,7 @@ void initiate(cm_engine& eng, Handler handler, Start start) {
 /// (an `rdmacxx::error` with that code), posted.
 template <class Connection, class Outcome>
 [[nodiscard]] auto aborter(std::shared_ptr<Outcome> const& outcome) {
-    return [outcome] {
-        (*outcome)(std::make_exception_ptr(rdmacxx::error(::asio::error::operation_aborted,
-                                                          "accepting: the acceptor was destroyed")),
-                   std::nullopt);
-    };
+    return [outcome] { outcome->abort(); };
 }
 
 /// Completes `handler` with the `argument_error` of private data over the accept's limit (posted,
@@ -255,7 +255,7 @@ bool refused(cm_engine& eng, Handler& handler, cm::connection_options const& opt
 template <transport Transport, completion_strategy Completion, post_policy Post>
 class initiate_connect {
 public:
-    using executor_type = ::asio::any_io_executor;
+    using executor_type = net::any_io_executor;
     initiate_connect(cm_engine& eng, cm::address const& destination) : eng_(&eng), destination_(destination) {}
     /// The engine's executor.
     [[nodiscard]] executor_type get_executor() const noexcept { return eng_->get_executor(); }
@@ -278,7 +278,7 @@ private:
 /// does: the same handshake, the QP from `source` (see `cm::qp_source`; `{}`: the connection's
 /// own), each step within its deadline (`opt.deadlines`), advanced by the reactor; the
 /// connection stays on the engine (no thread). `opt` is copied at initiation. Completes with
-/// `(std::error_code, std::optional<cm::connection<Transport, Completion, Post>>)` for every
+/// `(io::error_code, std::optional<cm::connection<Transport, Completion, Post>>)` for every
 /// token, posted to the handler's associated executor: the connection (engaged) and no code, or
 /// the code of the failure (ETIMEDOUT for a step's deadline, a reject reason in
 /// `cm::reject_category()`, EINVAL for bad input, nothing sent) and nothing. `co_await` with
@@ -292,7 +292,7 @@ template <transport Transport, completion_strategy Completion, post_policy Post 
 auto async_connect(cm_engine& eng, cm::address const& destination, cm::connection_options opt,
                    cm::qp_source<Transport, Completion, Post> source, Token&& token = default_token_t{}) {
     using connection = cm::connection<Transport, Completion, Post>;
-    return ::asio::async_initiate<Token, void(std::error_code, std::optional<connection>)>(
+    return net::async_initiate<Token, void(error_code, std::optional<connection>)>(
         detail::initiate_connect<Transport, Completion, Post>{eng, destination}, token, std::move(opt),
         std::move(source));
 }
@@ -369,7 +369,7 @@ namespace detail {
 template <transport Transport, completion_strategy Completion, post_policy Post, class BeforeAccept>
 class initiate_accept {
 public:
-    using executor_type = ::asio::any_io_executor;
+    using executor_type = net::any_io_executor;
     explicit initiate_accept(cm_acceptor<Transport>& acceptor) noexcept : acceptor_(&acceptor) {}
     /// The engine's executor.
     [[nodiscard]] executor_type get_executor() const noexcept { return acceptor_->engine().get_executor(); }
@@ -381,7 +381,8 @@ public:
         if (refused<connection, Transport>(eng, handler, o)) return;
         auto const outcome = make_outcome<connection>(eng, std::move(handler));
         acceptor_->wait(
-            [&eng, outcome, o = std::move(o), src = std::move(src), ba = std::move(ba)](cm::connect_request req) mutable {
+            [&eng, outcome, o = std::move(o), src = std::move(src),
+             ba = std::move(ba)](cm::connect_request req) mutable {
                 start_on<connection>(eng, outcome, [&](auto done) {
                     cm::accept<Transport, Completion, Post>(eng.engine(), std::move(req), std::move(o), std::move(src),
                                                             std::move(ba), std::move(done));
@@ -401,7 +402,7 @@ private:
 /// `before_accept(connection&)` called before the accept is sent (post receives there, or note
 /// the QP: a client may send before the completion runs; `{}`: nothing), `established` awaited
 /// within `opt.deadlines.accept` by the reactor. The connection stays on the engine (no
-/// thread). Completes as `async_connect`, with `(std::error_code, std::optional<connection>)`;
+/// thread). Completes as `async_connect`, with `(io::error_code, std::optional<connection>)`;
 /// an acceptor destroyed while the accept waits completes it with
 /// `asio::error::operation_aborted`. Spelled `io::async_accept<busy_poll>(acceptor, opt, {}, {},
 /// token)`; no token: `default_token_t`.
@@ -412,7 +413,7 @@ auto async_accept(cm_acceptor<Transport>& acceptor, cm::connection_options opt,
                   cm::qp_source<Transport, Completion, Post> source, BeforeAccept before_accept,
                   Token&& token = default_token_t{}) {
     using connection = cm::connection<Transport, Completion, Post>;
-    return ::asio::async_initiate<Token, void(std::error_code, std::optional<connection>)>(
+    return net::async_initiate<Token, void(error_code, std::optional<connection>)>(
         detail::initiate_accept<Transport, Completion, Post, BeforeAccept>{acceptor}, token, std::move(opt),
         std::move(source), std::move(before_accept));
 }

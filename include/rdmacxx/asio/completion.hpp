@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The completion signature of every operation of the Asio adapter, `void(std::error_code, T)`
+/// The completion signature of every operation of the Asio adapter, `void(error_code, T)`
 /// whatever the token, and what makes the library's own exception reach the code that wants it:
 ///
 /// - `io::as_exception(token)`, a token adapter that hands the handler `(std::exception_ptr, T)`
@@ -12,13 +12,11 @@
 ///   exception carries in its `code()`);
 /// - `io::default_token_t`, the token an operation takes when it is given none.
 
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/work_completion.hpp"
 
-#include <asio/associator.hpp>
-#include <asio/async_result.hpp>
-#include <asio/experimental/deferred.hpp>
-#include <asio/use_awaitable.hpp>
+#include "rdmacxx/asio/net.hpp"
 
 #include <exception>
 #include <new>
@@ -36,11 +34,11 @@ namespace io {
 /// `asio::experimental::deferred` (Asio 1.22 names none; later versions name `deferred`): the
 /// operation is returned unstarted, to be launched with a token or `co_await`-ed.
 using default_token_t =
-    std::conditional_t<std::is_void_v<::asio::default_completion_token_t<::asio::any_io_executor>>,
-                       ::asio::experimental::deferred_t, ::asio::default_completion_token_t<::asio::any_io_executor>>;
+    std::conditional_t<std::is_void_v<net::default_completion_token_t<net::any_io_executor>>,
+                       net::experimental::deferred_t, net::default_completion_token_t<net::any_io_executor>>;
 
 /// A completion token that adapts `Token`: an operation of the adapter whose signature is
-/// `void(std::error_code, T)` completes `Token`'s handler with `(std::exception_ptr, T)`, the
+/// `void(error_code, T)` completes `Token`'s handler with `(std::exception_ptr, T)`, the
 /// pointer null on success and otherwise holding the library's exception for the failure
 /// (`wc_error` with the work completion, `argument_error` or `wr_error` for a refused post,
 /// `cm::…` for a CM step, `rdmacxx::error` with the code for the rest). Made by `as_exception`.
@@ -64,7 +62,8 @@ namespace detail {
 template <class T>
 [[nodiscard]] std::exception_ptr exception_of(std::error_code ec, T const& value) {
     if constexpr (std::is_same_v<T, work_completion>)
-        if (ec.category() == wc_category()) return std::make_exception_ptr(rdmacxx::detail::failed_completion_error(value.native()));
+        if (ec.category() == wc_category())
+            return std::make_exception_ptr(rdmacxx::detail::failed_completion_error(value.native()));
     return std::make_exception_ptr(rdmacxx::error(ec, "an RDMA operation"));
 }
 
@@ -85,14 +84,14 @@ template <class T>
 
 /// The handler an `as_exception_t` token makes of its token's handler. The adapter's own
 /// completions hand `inner` the exception they hold (see `complete`); anything else that calls
-/// it with `(std::error_code, T)` gets the exception `exception_of` makes.
+/// it with `(io::error_code, T)` gets the exception `exception_of` makes.
 template <class Handler>
 struct exception_handler {
     /// The adapted token's handler: takes `(std::exception_ptr, T)`.
     Handler inner;
     template <class T>
-    void operator()(std::error_code ec, T value) {
-        std::exception_ptr e = ec ? exception_of(ec, value) : nullptr;
+    void operator()(error_code ec, T value) {
+        std::exception_ptr e = ec ? exception_of(std::error_code{ec}, value) : nullptr;
         std::move(inner)(std::move(e), std::move(value));
     }
 };
@@ -108,11 +107,11 @@ inline constexpr bool is_exception_handler_v<exception_handler<Handler>> = true;
 /// handler is called one way.
 template <class Handler>
 struct outcome_for {
-    using handler_type = Handler;               ///< what is called
-    using first_type = std::error_code;         ///< its first argument
+    using handler_type = Handler;  ///< what is called
+    using first_type = error_code; ///< its first argument (Asio's error code)
     static Handler&& unwrap(Handler& h) noexcept { return std::move(h); }
     template <class T, class Make>
-    static first_type first(std::error_code ec, T const&, Make&&) {
+    static first_type first(error_code ec, T const&, Make&&) {
         return ec;
     }
 };
@@ -122,10 +121,10 @@ struct outcome_for<exception_handler<Inner>> {
     using first_type = std::exception_ptr;
     static Inner&& unwrap(exception_handler<Inner>& h) noexcept { return std::move(h.inner); }
     template <class T, class Make>
-    static first_type first(std::error_code ec, T const& value, Make&& make) {
+    static first_type first(error_code ec, T const& value, Make&& make) {
         if (!ec) return nullptr;
         if (std::exception_ptr e = std::forward<Make>(make)()) return e;
-        return exception_of(ec, value);
+        return exception_of(std::error_code{ec}, value);
     }
 };
 
@@ -154,7 +153,7 @@ inline constexpr bool is_operation_value_v = std::is_same_v<T, work_completion>;
 // The handler of as_exception has its inner handler's associated executor, allocator and
 // cancellation slot.
 template <template <class, class> class Associator, class Handler, class Default>
-struct asio::associator<Associator, rdmacxx::io::detail::exception_handler<Handler>, Default>
+struct RDMACXX_ASIO_NS::associator<Associator, rdmacxx::io::detail::exception_handler<Handler>, Default>
     : Associator<Handler, Default> {
     static typename Associator<Handler, Default>::type get(rdmacxx::io::detail::exception_handler<Handler> const& h,
                                                            Default const& c = Default()) noexcept {
@@ -162,31 +161,34 @@ struct asio::associator<Associator, rdmacxx::io::detail::exception_handler<Handl
     }
 };
 
-// as_exception(token): an operation of signature void(std::error_code, T) is started for `token`
+// as_exception(token): an operation of signature void(error_code, T) is started for `token`
 // as one of signature void(std::exception_ptr, T).
 template <class Token, class T>
-struct asio::async_result<rdmacxx::io::as_exception_t<Token>, void(std::error_code, T)> {
+struct RDMACXX_ASIO_NS::async_result<rdmacxx::io::as_exception_t<Token>, void(rdmacxx::io::error_code, T)> {
     template <class Initiation, class AdaptedToken, class... Args>
     static auto initiate(Initiation&& initiation, AdaptedToken&& token, Args&&... args) {
-        return ::asio::async_initiate<Token, void(std::exception_ptr, T)>(
+        return rdmacxx::io::net::async_initiate<Token, void(std::exception_ptr, T)>(
             rdmacxx::io::detail::exception_initiation<std::decay_t<Initiation>>{std::forward<Initiation>(initiation)},
             token.token, std::forward<Args>(args)...);
     }
 };
 
-#if defined(ASIO_HAS_CO_AWAIT)
+#if defined(RDMACXX_ASIO_HAS_CO_AWAIT)
 // co_await on an operation of the adapter throws the library's exception: use_awaitable is
 // as_exception(use_awaitable) for the values the adapter's operations complete with.
 template <class Executor, class T>
     requires rdmacxx::io::detail::is_operation_value_v<T>
-struct asio::async_result<asio::use_awaitable_t<Executor>, void(std::error_code, T)> {
-    using return_type = typename asio::async_result<asio::use_awaitable_t<Executor>,
-                                                    void(std::exception_ptr, T)>::return_type;
+struct RDMACXX_ASIO_NS::async_result<rdmacxx::io::net::use_awaitable_t<Executor>, void(rdmacxx::io::error_code, T)> {
+    using return_type = typename rdmacxx::io::net::async_result<rdmacxx::io::net::use_awaitable_t<Executor>,
+                                                                void(std::exception_ptr, T)>::return_type;
     template <class Initiation, class... Args>
-    static return_type initiate(Initiation&& initiation, asio::use_awaitable_t<Executor> token, Args&&... args) {
-        return asio::async_result<asio::use_awaitable_t<Executor>, void(std::exception_ptr, T)>::initiate(
-            rdmacxx::io::detail::exception_initiation<std::decay_t<Initiation>>{std::forward<Initiation>(initiation)},
-            token, std::forward<Args>(args)...);
+    static return_type initiate(Initiation&& initiation, rdmacxx::io::net::use_awaitable_t<Executor> token,
+                                Args&&... args) {
+        return rdmacxx::io::net::
+            async_result<rdmacxx::io::net::use_awaitable_t<Executor>, void(std::exception_ptr, T)>::initiate(
+                rdmacxx::io::detail::exception_initiation<std::decay_t<Initiation>>{
+                    std::forward<Initiation>(initiation)},
+                token, std::forward<Args>(args)...);
     }
 };
 #endif

@@ -7,6 +7,7 @@
 
 #include "rdmacxx/asio/cq_entry.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"
@@ -15,16 +16,6 @@
 #include "rdmacxx/ownership.hpp"
 #include "rdmacxx/qp.hpp"
 
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/error.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/posix/stream_descriptor.hpp>
-#include <asio/post.hpp>
 #include <poll.h>
 #include <unistd.h>
 
@@ -136,15 +127,15 @@ enum class cq_mode {
 class completion_dispatcher final {
 public:
     /// The executor its descriptor and operations run on.
-    using executor_type = ::asio::any_io_executor;
+    using executor_type = net::any_io_executor;
 
     /// Serves `channel` (put in non-blocking mode) on `ex`, with `opt.max_operations` slots.
     /// @throws argument_error when `max_operations` is 0 or over 2^31; sys_error when dup(2) or
     ///         fcntl(2) fails.
     completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
         : ex_(std::move(ex)), channel_(channel.anchor_cell()), descriptor_(ex_), slots_(check_size(opt.max_operations)),
-          anchor_(this), pool_(std::make_shared<detail::post_pool>(slots_.size() + 4,
-                                                                   &::asio::query(ex_, ::asio::execution::context))),
+          anchor_(this),
+          pool_(std::make_shared<detail::post_pool>(slots_.size() + 4, &net::query(ex_, net::execution::context))),
           cancel_(opt.cancel) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
@@ -180,7 +171,7 @@ public:
             if (s.cancel.is_connected()) s.cancel.clear();
             if (s.invoke != nullptr) s.invoke(s, nullptr, false, pool_);
         }
-        std::error_code ignored;
+        detail::net_error_code ignored;
         descriptor_.close(ignored);
     }
 
@@ -225,7 +216,7 @@ public:
         }
         std::uint32_t const waiter = e->waiter;
         cqs_.erase(cqs_.begin() + (e - cqs_.data()));
-        if (waiter != npos) complete(waiter, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
+        if (waiter != npos) complete(waiter, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
         stop_reading_when_idle();
     }
 
@@ -248,7 +239,7 @@ public:
             detail::op_slot const& s = slots_[i];
             if (s.qp != native || s.st == detail::op_slot::state::free) continue;
             ++n;
-            complete(i, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
+            complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
         }
         stop_reading_when_idle();
         return n;
@@ -302,7 +293,7 @@ public:
             }
     }
     // The cancellation slot of the operation in slot `index` (not connected: none).
-    [[nodiscard]] ::asio::cancellation_slot cancellation_slot_of(std::uint32_t index) const noexcept {
+    [[nodiscard]] net::cancellation_slot cancellation_slot_of(std::uint32_t index) const noexcept {
         return slots_[index].cancel;
     }
     // Whether `tag` (as `tag(index)` made it) names a pending operation.
@@ -324,7 +315,7 @@ public:
             return npos;
         std::uint32_t const index = free_;
         detail::op_slot& s = slots_[index];
-        auto cs = ::asio::get_associated_cancellation_slot(handler);
+        auto cs = net::get_associated_cancellation_slot(handler);
         // First, while nothing is taken: it may allocate, and throw. A cancellation before the slot
         // is pending finds it free and does nothing.
         if (cs.is_connected()) cs.template emplace<canceller>(anchor_.cell(), index, s.generation);
@@ -333,9 +324,9 @@ public:
             if constexpr (sizeof(holder) <= detail::op_storage_bytes && alignof(holder) <= alignof(std::max_align_t)) {
                 ::new (static_cast<void*>(s.storage)) holder(std::move(handler), ex_);
             } else {
-                using alloc_t = typename std::allocator_traits<
-                    ::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
-                alloc_t alloc{::asio::get_associated_allocator(handler)};
+                using alloc_t =
+                    typename std::allocator_traits<net::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
+                alloc_t alloc{net::get_associated_allocator(handler)};
                 holder* p = std::allocator_traits<alloc_t>::allocate(alloc, 1);
                 try {
                     std::allocator_traits<alloc_t>::construct(alloc, p, std::move(handler), ex_);
@@ -381,7 +372,7 @@ public:
 
     // A pending operation whose work never reached the device: completed with `ec` (and the
     // exception that said so), posted.
-    void fail(std::uint32_t index, std::error_code ec, std::exception_ptr ex = {}) {
+    void fail(std::uint32_t index, error_code ec, std::exception_ptr ex = {}) {
         complete(index, detail::op_result{ec, {}, 0, std::move(ex)}, true);
     }
 
@@ -427,13 +418,13 @@ public:
             reading_ = true; // once queued (posting may throw)
             return;
         }
-        descriptor_.async_wait(::asio::posix::stream_descriptor::wait_read,
-                               [self = anchor_.cell()](std::error_code ec) {
+        descriptor_.async_wait(net::posix::stream_descriptor::wait_read,
+                               [self = anchor_.cell()](detail::net_error_code ec) {
                                    completion_dispatcher* const d = self.get_if();
                                    if (d == nullptr) return;
                                    auto const inside = d->thread_.enter(who);
                                    d->reading_ = false;
-                                   if (ec == ::asio::error::operation_aborted) { // nothing was pending
+                                   if (ec == io::detail::operation_aborted()) { // nothing was pending
                                        if (d->pending_ != 0) d->ensure_reading();
                                        return;
                                    }
@@ -462,8 +453,8 @@ private:
         rdmacxx::detail::link<completion_dispatcher> self;
         std::uint32_t index;
         std::uint32_t generation;
-        void operator()(::asio::cancellation_type_t type) const {
-            if ((type & ::asio::cancellation_type::terminal) == ::asio::cancellation_type::none) return;
+        void operator()(net::cancellation_type_t type) const {
+            if ((type & net::cancellation_type::terminal) == net::cancellation_type::none) return;
             completion_dispatcher* const d = self.get_if();
             if (d == nullptr) return; // the dispatcher is gone, and its operations with it
             d->abort(index, generation);
@@ -499,7 +490,7 @@ private:
         if (s.batch) {
             for (auto& e : cqs_)
                 if (e.waiter == index) e.waiter = npos;
-            complete(index, detail::op_result{::asio::error::operation_aborted, {}, 0}, true);
+            complete(index, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
             stop_reading_when_idle();
             return;
         }
@@ -516,12 +507,12 @@ private:
     // With nothing pending, the descriptor's wait goes, so that io_context::run can return.
     void stop_reading_when_idle() {
         if (pending_ == 0 && reading_) {
-            std::error_code ignored;
+            detail::net_error_code ignored;
             descriptor_.cancel(ignored);
         }
     }
 
-    void on_readable(std::error_code ec) {
+    void on_readable(error_code ec) {
         if (ec) [[unlikely]] {
             fail_all(ec);
             return;
@@ -608,10 +599,10 @@ private:
             }
             // A cancelled operation completes with its own outcome, which the cancellation did not
             // change, except the flush that cancel_mode::qp_to_error caused: that is its abort.
-            std::error_code ec = wc.error_code();
+            error_code ec = wc.error_code();
             if (slots_[index].st == detail::op_slot::state::cancelled && cancel_ == cancel_mode::qp_to_error &&
                 wc.status() == IBV_WC_WR_FLUSH_ERR)
-                ec = ::asio::error::operation_aborted;
+                ec = io::detail::operation_aborted();
             // Posted, never run inline: a handler then cannot re-enter the drain (add a CQ, throw
             // through it and lose the rest of the batch).
             complete(index, detail::op_result{ec, wc, 0}, true);
@@ -643,7 +634,7 @@ private:
     }
 
     // The descriptor or the channel failed: every pending operation completes with `ec`.
-    void fail_all(std::error_code ec) {
+    void fail_all(error_code ec) {
         for (std::uint32_t i = 0; i < slots_.size(); ++i) {
             if (slots_[i].st != detail::op_slot::state::free) {
                 for (auto& e : cqs_)
@@ -656,7 +647,7 @@ private:
 
     executor_type ex_;
     rdmacxx::detail::link<completion_channel> channel_; // the channel's cell: followed when it moves
-    ::asio::posix::stream_descriptor descriptor_;
+    net::posix::stream_descriptor descriptor_;
     std::vector<detail::op_slot> slots_;
     std::vector<cq_entry> cqs_;
     rdmacxx::detail::anchor<completion_dispatcher> anchor_; // where its handlers find it; null once gone

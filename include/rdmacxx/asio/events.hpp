@@ -6,14 +6,11 @@
 
 #include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/async.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/error.hpp"
 
-#include <asio/any_io_executor.hpp>
-#include <asio/compose.hpp>
-#include <asio/posix/stream_descriptor.hpp>
-#include <asio/post.hpp>
 #include <unistd.h>
 
 #include <optional>
@@ -32,7 +29,7 @@ namespace io {
 class async_event_stream {
 public:
     /// The executor its descriptor runs on.
-    using executor_type = ::asio::any_io_executor;
+    using executor_type = net::any_io_executor;
 
     /// Reads `ctx`'s async events on `ex`.
     /// @throws sys_error when fcntl(2) or dup(2) fails.
@@ -43,13 +40,13 @@ public:
     /// The queue the events are read from.
     [[nodiscard]] async_event_queue& queue() noexcept { return queue_; }
     /// The descriptor (a duplicate of the context's async event fd).
-    [[nodiscard]] ::asio::posix::stream_descriptor& descriptor() noexcept { return descriptor_; }
+    [[nodiscard]] net::posix::stream_descriptor& descriptor() noexcept { return descriptor_; }
     /// The executor.
     [[nodiscard]] executor_type get_executor() noexcept { return descriptor_.get_executor(); }
 
 private:
     async_event_queue queue_;
-    ::asio::posix::stream_descriptor descriptor_;
+    net::posix::stream_descriptor descriptor_;
 };
 
 namespace detail {
@@ -59,7 +56,7 @@ inline constexpr bool is_operation_value_v<std::optional<async_event>> = true;
 } // namespace detail
 
 /// Waits for the next async event of `s`'s context and completes with
-/// `(std::error_code, std::optional<async_event>)`: the event (engaged; acknowledge it by letting
+/// `(io::error_code, std::optional<async_event>)`: the event (engaged; acknowledge it by letting
 /// it go, before destroying the object it names), or an error code and nothing — the errno of a
 /// failed ibv_get_async_event(3), or `asio::error::operation_aborted` when the wait is cancelled
 /// (cancellation slots, `descriptor().cancel()`). An event already waiting is taken at once (the
@@ -70,8 +67,8 @@ inline constexpr bool is_operation_value_v<std::optional<async_event>> = true;
 /// @see ibv_get_async_event(3), ibv_ack_async_event(3)
 template <class Token = default_token_t>
 auto async_wait(async_event_stream& s, Token&& token = default_token_t{}) {
-    return ::asio::async_compose<Token, void(std::error_code, std::optional<async_event>)>(
-        [&s, started = false](auto& self, std::error_code ec = {}) mutable {
+    return net::async_compose<Token, void(error_code, std::optional<async_event>)>(
+        [&s, started = false](auto& self, detail::net_error_code ec = {}) mutable {
             if (ec) {
                 self.complete(ec, std::nullopt);
                 return;
@@ -86,7 +83,7 @@ auto async_wait(async_event_stream& s, Token&& token = default_token_t{}) {
             if (e || ec) {
                 if (!started) { // not from inside the initiating function
                     started = true;
-                    ::asio::post(s.get_executor(), [self = std::move(self), ev = std::move(e), ec]() mutable {
+                    net::post(s.get_executor(), [self = std::move(self), ev = std::move(e), ec]() mutable {
                         self.complete(ec, std::move(ev));
                     });
                     return;
@@ -95,7 +92,7 @@ auto async_wait(async_event_stream& s, Token&& token = default_token_t{}) {
                 return;
             }
             started = true;
-            s.descriptor().async_wait(::asio::posix::stream_descriptor::wait_read, std::move(self));
+            s.descriptor().async_wait(net::posix::stream_descriptor::wait_read, std::move(self));
         },
         token, s.descriptor());
 }

@@ -5,16 +5,10 @@
 /// rdmacxx/asio/dispatcher.hpp.
 
 #include "rdmacxx/asio/completion.hpp"
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/work_completion.hpp"
-
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/associator.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/executor_work_guard.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -38,14 +32,14 @@ inline constexpr std::size_t op_storage_bytes = 192;
 
 /// What an operation completes with.
 struct op_result {
-    std::error_code ec;      ///< empty on success
+    error_code ec;           ///< empty on success (Asio's error code type, net.hpp)
     work_completion wc{};    ///< the completion (routed operations)
     std::size_t count = 0;   ///< completions taken (batch waits)
     std::exception_ptr ex{}; ///< the library's exception when there is one (a refused post)
     void* source = nullptr;  ///< the receive pool a message comes from (receive_pool::async_receive)
     std::uint32_t slot = 0;  ///< the pool's slot that holds the message
     /// The handler's cancellation slot while a message is on its way to it (receive_pool).
-    ::asio::cancellation_slot delivery{};
+    net::cancellation_slot delivery{};
 };
 
 /// One slot of the pool: the type-erased handler of one operation and its tag's generation.
@@ -55,7 +49,7 @@ struct op_slot {
     /// with `*r` (dispatched to its executor, or posted, from `pool`, when `posted`).
     using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted, std::shared_ptr<post_pool> const& pool);
     invoke_fn invoke = nullptr;
-    ::asio::cancellation_slot cancel{};
+    net::cancellation_slot cancel{};
     ibv_qp* qp = nullptr; ///< the QP it posted to (null: an SRQ receive, a batch wait)
     ibv_cq* cq = nullptr; ///< the CQ its completion arrives on (null: not known, an SRQ receive)
     std::uint32_t generation = 1;
@@ -68,11 +62,11 @@ struct op_slot {
 /// A handler and the work it keeps on its executor while the operation is pending.
 template <class Handler, class Executor>
 struct op_holder {
-    using work_executor = ::asio::associated_executor_t<Handler, Executor>;
+    using work_executor = net::associated_executor_t<Handler, Executor>;
     Handler handler;
-    ::asio::executor_work_guard<work_executor> work;
+    net::executor_work_guard<work_executor> work;
     op_holder(Handler&& h, Executor const& ex)
-        : handler(std::move(h)), work(::asio::get_associated_executor(handler, ex)) {}
+        : handler(std::move(h)), work(net::get_associated_executor(handler, ex)) {}
 };
 
 /// A handler bound to its two arguments, moved into it when called. Its associated executor,
@@ -85,7 +79,7 @@ struct bound_handler {
     void operator()() { std::move(handler)(std::move(first), std::move(second)); }
 };
 
-/// Binds an `op_result` to the handler as its arguments: `(std::error_code, T)`, or for an
+/// Binds an `op_result` to the handler as its arguments: `(io::error_code, T)`, or for an
 /// `as_exception` handler `(std::exception_ptr, T)` with the library's exception (completion.hpp);
 /// T is the work completion, or for a batch wait the number of completions taken.
 template <bool Batch>
@@ -123,8 +117,8 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
         stored->~holder();
     } else {
         using alloc_t =
-            typename std::allocator_traits<::asio::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
-        alloc_t alloc{::asio::get_associated_allocator(h)};
+            typename std::allocator_traits<net::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
+        alloc_t alloc{net::get_associated_allocator(h)};
         std::allocator_traits<alloc_t>::destroy(alloc, stored);
         std::allocator_traits<alloc_t>::deallocate(alloc, stored, 1);
     }
@@ -133,7 +127,7 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
     if (posted)
         post_from(pool, ex, Completer::bind(std::move(h), *r));
     else
-        ::asio::dispatch(ex, Completer::bind(std::move(h), *r));
+        net::dispatch(ex, Completer::bind(std::move(h), *r));
 }
 
 } // namespace io::detail
@@ -143,7 +137,7 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
 /// @cond
 // A bound handler has its handler's associated executor, allocator and cancellation slot.
 template <template <class, class> class Associator, class Handler, class First, class Second, class Default>
-struct asio::associator<Associator, rdmacxx::io::detail::bound_handler<Handler, First, Second>, Default>
+struct RDMACXX_ASIO_NS::associator<Associator, rdmacxx::io::detail::bound_handler<Handler, First, Second>, Default>
     : Associator<Handler, Default> {
     static typename Associator<Handler, Default>::type
     get(rdmacxx::io::detail::bound_handler<Handler, First, Second> const& h, Default const& c = Default()) noexcept {

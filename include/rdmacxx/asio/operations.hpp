@@ -3,16 +3,14 @@
 /// The Asio adapter's data-path operations on a `completion_dispatcher`: `async_post` (one typed
 /// send-queue request, or a `chain` of them), `async_recv` (on a QP or an SRQ) and `async_wait`
 /// (a batch of completions of a CQ). Each takes any Asio completion token (none: `default_token_t`)
-/// and completes with `void(std::error_code, T)` whatever the token (completion.hpp).
+/// and completes with `void(error_code, T)` whatever the token (completion.hpp).
 
 #include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/qp.hpp"
 #include "rdmacxx/srq.hpp"
 #include "rdmacxx/wr.hpp"
-
-#include <asio/async_result.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -60,7 +58,7 @@ void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, P
     std::uint32_t const i = d.acquire<Completer>(handler, false, qp, cq);
     if (i == completion_dispatcher::npos) [[unlikely]] {
         op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
-        ::asio::post(d.get_executor(), Completer::bind(std::move(handler), r));
+        net::post(d.get_executor(), Completer::bind(std::move(handler), r));
         return;
     }
     try {
@@ -83,8 +81,9 @@ public:
     template <class Handler, class... Wrs>
     void operator()(Handler handler, chain<Wrs...> const& c) const {
         ibv_qp* const native = qp_->native_handle();
-        start<completer<false>>(*d_, handler, native, native != nullptr ? native->send_cq : nullptr,
-                                [&](std::uint64_t tag) { post_tagged(*qp_, tag, c.wrs, std::index_sequence_for<Wrs...>{}); });
+        start<completer<false>>(
+            *d_, handler, native, native != nullptr ? native->send_cq : nullptr,
+            [&](std::uint64_t tag) { post_tagged(*qp_, tag, c.wrs, std::index_sequence_for<Wrs...>{}); });
     }
 
 private:
@@ -142,13 +141,13 @@ public:
             n = cq_->poll(out_);
         }
         if (n != 0) {
-            ::asio::post(d.get_executor(), completer::bind(std::move(handler), detail::op_result{{}, {}, n, {}}));
+            net::post(d.get_executor(), completer::bind(std::move(handler), detail::op_result{{}, {}, n, {}}));
             return;
         }
         std::uint32_t const i = d.acquire<completer>(handler, true, nullptr, cq_->native_handle());
         if (i == completion_dispatcher::npos) [[unlikely]] {
             detail::op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
-            ::asio::post(d.get_executor(), completer::bind(std::move(handler), r));
+            net::post(d.get_executor(), completer::bind(std::move(handler), r));
             return;
         }
         entry->waiter = i;
@@ -164,7 +163,7 @@ private:
 } // namespace detail
 
 /// Posts `c`'s requests to `qp`'s send queue as one chain and completes when the last one's
-/// completion is reaped by `d`, with `(std::error_code, work_completion)` for every token: the
+/// completion is reaped by `d`, with `(io::error_code, work_completion)` for every token: the
 /// code in `wc_category()` when the completion failed (e.g. `IBV_WC_REM_ACCESS_ERR` for a bad
 /// rkey), `asio::error::operation_aborted` when cancelled and flushed (see `cancel_mode`), the
 /// errno of a refused post (EINVAL for bad input, nothing posted) or ENOBUFS when the dispatcher
@@ -184,7 +183,7 @@ template <transport Transport, completion_strategy Completion, post_policy Post,
     requires(postable_on<Wrs, Transport>&&...)
 auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, chain<Wrs...> const& c,
                 Token&& token = default_token_t{}) {
-    return ::asio::async_initiate<Token, void(std::error_code, work_completion)>(
+    return net::async_initiate<Token, void(error_code, work_completion)>(
         detail::initiate_post<queue_pair<Transport, Completion, Post>>{d, qp}, token, c);
 }
 
@@ -201,7 +200,7 @@ auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 }
 
 /// Posts receive `r` to `qp`'s receive queue and completes with its completion (`byte_len()`,
-/// `imm_data()`, …), `(std::error_code, work_completion)`, errors as `async_post`'s (a QP moved
+/// `imm_data()`, …), `(io::error_code, work_completion)`, errors as `async_post`'s (a QP moved
 /// to ERR, e.g. by a peer's disconnect, completes it with `IBV_WC_WR_FLUSH_ERR`). `qp`'s receive
 /// CQ must be added to `d`. No token: `default_token_t`.
 /// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
@@ -211,7 +210,7 @@ template <transport Transport, completion_strategy Completion, post_policy Post,
           class Token = default_token_t>
 auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Recv const& r,
                 Token&& token = default_token_t{}) {
-    return ::asio::async_initiate<Token, void(std::error_code, work_completion)>(
+    return net::async_initiate<Token, void(error_code, work_completion)>(
         detail::initiate_recv<queue_pair<Transport, Completion, Post>>{d, qp}, token, r);
 }
 
@@ -225,13 +224,13 @@ auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 /// @see ibv_post_srq_recv(3)
 template <recv_work_request Recv, class Token = default_token_t>
 auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const& r, Token&& token = default_token_t{}) {
-    return ::asio::async_initiate<Token, void(std::error_code, work_completion)>(
+    return net::async_initiate<Token, void(error_code, work_completion)>(
         detail::initiate_recv<shared_receive_queue>{d, srq}, token, r);
 }
 
 /// Waits for completions of `cq` (added to `d` as `cq_mode::batch`) and completes with how
-/// many it took into `out` (1 … `out.size()`): `(std::error_code, std::size_t)` for every token
-/// (`use_awaitable` throws `std::system_error` with the code: a batch wait fails only with
+/// many it took into `out` (1 … `out.size()`): `(io::error_code, std::size_t)` for every token
+/// (`use_awaitable` throws Asio's `system_error` with the code: a batch wait fails only with
 /// `operation_aborted`, EIO or ENOBUFS, which have nothing more to say). Completions already
 /// there are taken at once (the handler is posted); otherwise the CQ is armed, polled once more,
 /// and the wait parks until the channel says the CQ has more. Cancellation completes it with
@@ -251,7 +250,7 @@ auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std:
             "async_wait: the CQ is not a batch CQ of this dispatcher (add(cq, cq_mode::batch))");
     if (out.empty()) [[unlikely]]
         rdmacxx::detail::throw_argument("async_wait: the output span is empty");
-    return ::asio::async_initiate<Token, void(std::error_code, std::size_t)>(
+    return net::async_initiate<Token, void(error_code, std::size_t)>(
         detail::initiate_batch_wait<completion_queue<Completion>>{d, cq, out}, token);
 }
 

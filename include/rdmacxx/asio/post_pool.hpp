@@ -4,13 +4,8 @@
 /// handlers it posts (each operation's completion, its own polling sweeps), so that posting takes
 /// no heap memory in steady state. Internal to rdmacxx/asio/dispatcher.hpp.
 
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"
-
-#include <asio/any_io_executor.hpp>
-#include <asio/bind_allocator.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -38,7 +33,7 @@ public:
     static constexpr std::size_t block_bytes = 512;
 
     /// `blocks` blocks (at least 1), allocated now, for handlers run by `owner`.
-    post_pool(std::size_t blocks, ::asio::execution_context const* owner)
+    post_pool(std::size_t blocks, net::execution_context const* owner)
         : arena_(std::make_unique<block[]>(blocks)), count_(blocks), owner_(owner) {
         free_.reserve(blocks);
         for (std::size_t i = blocks; i-- > 0;)
@@ -67,7 +62,7 @@ public:
     /// Blocks free now.
     [[nodiscard]] std::size_t available() const noexcept { return free_.size(); }
     /// The execution context whose thread alone takes and gives blocks.
-    [[nodiscard]] ::asio::execution_context const* owner() const noexcept { return owner_; }
+    [[nodiscard]] net::execution_context const* owner() const noexcept { return owner_; }
 
 private:
     struct alignas(std::max_align_t) block {
@@ -75,7 +70,7 @@ private:
     };
     std::unique_ptr<block[]> arena_;
     std::size_t count_;
-    ::asio::execution_context const* owner_;
+    net::execution_context const* owner_;
     std::vector<void*> free_;
     // Holds the free list for one take or give, with the thread check; does nothing without.
     // (The flag is there either way: the layout does not depend on NDEBUG.)
@@ -137,27 +132,27 @@ struct pool_allocator {
 /// allocate), so that the pool is only ever used from its owner's thread.
 template <class Executor, class Handler>
 void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handler&& handler) {
-    using untracked = ::asio::io_context::basic_executor_type<std::allocator<void>, 0>;
-    using tracked = ::asio::io_context::basic_executor_type<std::allocator<void>, 4>;
+    using untracked = net::io_context::basic_executor_type<std::allocator<void>, 0>;
+    using tracked = net::io_context::basic_executor_type<std::allocator<void>, 4>;
     auto pooled = [&](auto const& io) {
-        if (static_cast<::asio::execution_context const*>(&io.context()) != pool->owner()) {
-            ::asio::post(io, std::forward<Handler>(handler));
+        if (static_cast<net::execution_context const*>(&io.context()) != pool->owner()) {
+            net::post(io, std::forward<Handler>(handler));
             return;
         }
-        ::asio::post(io, ::asio::bind_executor(
-                             io, ::asio::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
+        net::post(io, net::bind_executor(
+                          io, net::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
     };
     if constexpr (std::is_same_v<Executor, untracked> || std::is_same_v<Executor, tracked>) {
         pooled(ex);
-    } else if constexpr (std::is_same_v<Executor, ::asio::any_io_executor>) {
+    } else if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
         if (auto const* io = ex.template target<untracked>())
             pooled(*io);
         else if (auto const* tio = ex.template target<tracked>())
             pooled(*tio);
         else
-            ::asio::post(ex, std::forward<Handler>(handler));
+            net::post(ex, std::forward<Handler>(handler));
     } else {
-        ::asio::post(ex, std::forward<Handler>(handler));
+        net::post(ex, std::forward<Handler>(handler));
     }
 }
 

@@ -8,15 +8,13 @@
 /// when the `received_message` goes.
 
 #include "rdmacxx/asio/dispatcher.hpp"
+#include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/operations.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/memory.hpp"
 #include "rdmacxx/ownership.hpp"
 #include "rdmacxx/work_completion.hpp"
 #include "rdmacxx/wr.hpp"
-
-#include <asio/async_result.hpp>
-#include <asio/post.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -169,7 +167,7 @@ protected:
         for (std::size_t i = waiter_head_; i < waiters_.size(); ++i)
             if (d->is_pending(waiters_[i]))
                 d->complete(static_cast<std::uint32_t>(waiters_[i] & 0xffffffffU),
-                            detail::op_result{::asio::error::operation_aborted, {}, 0, {}}, true);
+                            detail::op_result{io::detail::operation_aborted(), {}, 0, {}}, true);
         d->remove_receive_pool(serial_);
     }
 
@@ -190,7 +188,7 @@ protected:
     void start(Handler& handler) {
         completion_dispatcher& d = dispatcher();
         auto const inside = d.enter(); // thread_rule.hpp: before anything is touched
-        auto const ex = ::asio::get_associated_executor(handler, d.get_executor());
+        auto const ex = net::get_associated_executor(handler, d.get_executor());
         // The waits cancelled since go first: they completed already.
         while (waiter_head_ < waiters_.size() && !d.is_pending(waiters_[waiter_head_]))
             ++waiter_head_;
@@ -199,7 +197,7 @@ protected:
             waiter_head_ = 0;
         }
         if (count_ != 0 && waiters_.empty()) {
-            auto cs = ::asio::get_associated_cancellation_slot(handler);
+            auto cs = net::get_associated_cancellation_slot(handler);
             detail::op_result r = take();
             if (r.source != nullptr && cs.is_connected()) { // as in serve(): a cancellation on the way puts it back
                 try {
@@ -208,18 +206,18 @@ protected:
                 } catch (...) { // no memory for it: a cancellation from now on is not seen
                 }
             }
-            ::asio::post(ex, Completer::bind(std::move(handler), r));
+            net::post(ex, Completer::bind(std::move(handler), r));
             return;
         }
         if (count_ == 0 && failed_) { // its QP is in ERR: no receive of it will complete again
-            ::asio::post(ex, Completer::bind(std::move(handler), detail::op_result{failed_, {}, 0, {}}));
+            net::post(ex, Completer::bind(std::move(handler), detail::op_result{failed_, {}, 0, {}}));
             return;
         }
         waiters_.reserve(waiters_.size() + 1); // before the slot is taken: nothing throws after
         std::uint32_t const i = d.acquire<Completer>(handler, true);
         if (i == completion_dispatcher::npos) [[unlikely]] {
             detail::op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
-            ::asio::post(ex, Completer::bind(std::move(handler), r));
+            net::post(ex, Completer::bind(std::move(handler), r));
             return;
         }
         waiters_.push_back(d.tag(i));
@@ -261,7 +259,6 @@ private:
         return r;
     }
 
-
     // Installed in a waiter's cancellation slot once a message is on its way to its handler: a
     // cancellation then (an Asio `||` whose other operation completed first, which discards this
     // one's result) marks the message, and the handler's binder puts it back unread.
@@ -273,8 +270,8 @@ private:
         rdmacxx::detail::link<receive_pool_base> pool;
         std::uint32_t slot;
         std::uint32_t handout;
-        void operator()(::asio::cancellation_type_t type) const noexcept {
-            if ((type & ::asio::cancellation_type::terminal) == ::asio::cancellation_type::none) return;
+        void operator()(net::cancellation_type_t type) const noexcept {
+            if ((type & net::cancellation_type::terminal) == net::cancellation_type::none) return;
             receive_pool_base* p = pool.get_if();
             if (p != nullptr && p->handout_[slot] == handout) p->revoked_[slot] = handout;
         }
@@ -287,7 +284,7 @@ private:
             std::uint64_t const tag = waiters_[waiter_head_++];
             if (!d.is_pending(tag)) continue; // cancelled: completed already
             auto const index = static_cast<std::uint32_t>(tag & 0xffffffffU);
-            ::asio::cancellation_slot cs = d.cancellation_slot_of(index); // complete() empties it
+            net::cancellation_slot cs = d.cancellation_slot_of(index); // complete() empties it
             detail::op_result r = take();
             if (r.source != nullptr && cs.is_connected()) r.delivery = cs;
             d.complete(index, r, true);
@@ -334,7 +331,7 @@ private:
     std::vector<std::uint64_t> waiters_; // tags of waiting async_receives, oldest at waiter_head_
     std::size_t waiter_head_ = 0;
     std::uint64_t lost_ = 0;
-    std::error_code failed_{}; // a receive completed with an error: its QP is in ERR
+    error_code failed_{}; // a receive completed with an error: its QP is in ERR
 };
 
 /// @cond
@@ -366,12 +363,12 @@ struct message_binder {
     Handler handler;
     First first;
     received_message message;
-    ::asio::cancellation_slot delivery;
+    net::cancellation_slot delivery;
     void operator()() {
         bool const watched = delivery.is_connected();
         if (watched) delivery.clear();
         if (watched && message.put_back_if_revoked()) { // cancelled on its way: the next async_receive takes it
-            std::error_code const aborted = ::asio::error::operation_aborted;
+            error_code const aborted = io::detail::operation_aborted();
             if constexpr (std::is_same_v<First, std::exception_ptr>)
                 std::move(handler)(exception_of(aborted, received_message{}), received_message{});
             else
@@ -382,7 +379,7 @@ struct message_binder {
     }
 };
 
-/// Binds a pool's result to the handler: `(std::error_code, received_message)`, or for an
+/// Binds a pool's result to the handler: `(io::error_code, received_message)`, or for an
 /// `as_exception` handler (`use_awaitable`) `(std::exception_ptr, received_message)`.
 struct message_completer {
     template <class Handler>
@@ -406,7 +403,7 @@ inline constexpr bool is_operation_value_v<received_message> = true;
 /// @cond
 // A message binder has its handler's associated executor, allocator and cancellation slot.
 template <template <class, class> class Associator, class Handler, class First, class Default>
-struct asio::associator<Associator, rdmacxx::io::detail::message_binder<Handler, First>, Default>
+struct RDMACXX_ASIO_NS::associator<Associator, rdmacxx::io::detail::message_binder<Handler, First>, Default>
     : Associator<Handler, Default> {
     static typename Associator<Handler, Default>::type get(rdmacxx::io::detail::message_binder<Handler, First> const& h,
                                                            Default const& c = Default()) noexcept {
@@ -455,12 +452,12 @@ public:
         post_all();
     }
 
-    /// Completes with the next message, oldest first: `(std::error_code, received_message)` for
+    /// Completes with the next message, oldest first: `(io::error_code, received_message)` for
     /// every token (`co_await` with `asio::use_awaitable` throws `wc_error` for a failed receive).
     /// One already there completes it at once (posted). No token: `default_token_t`.
     template <class Token = default_token_t>
     auto async_receive(Token&& token = default_token_t{}) {
-        return ::asio::async_initiate<Token, void(std::error_code, received_message)>(initiation{this}, token);
+        return net::async_initiate<Token, void(error_code, received_message)>(initiation{this}, token);
     }
 
 private:

@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 
@@ -54,11 +55,11 @@ def hugetlb_pool(reg_max):
     return (reg_max + HUGE_PAGE - 1) // HUGE_PAGE + 1
 
 
-def _run(argv, out_txt, what, log):
-    """Run ARGV, its output into OUT_TXT; say when it failed."""
+def _run(argv, out_txt, what, log, env=None):
+    """Run ARGV (in ENV, default this one), its output into OUT_TXT; say when it failed."""
     with open(out_txt, "w") as f:
         try:
-            status = subprocess.call(argv, stdout=f, stderr=subprocess.STDOUT)
+            status = subprocess.call(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
         except OSError as e:
             f.write(f"bench: {argv[0]}: {e}\n")
             status = 127
@@ -102,7 +103,8 @@ def run_registration(opts, log=print):
 
 
 def run_suite(opts, log=print):
-    """The twin suite: per pass each group in its own process, then bench-asio when built."""
+    """The twin suite: per pass each group in its own process, then bench-asio when built; then
+    the Asio twins' system calls (run_syscalls)."""
     asio = os.path.join(opts.build, "benchmarks", "bench-asio")
     for npass in range(1, opts.passes + 1):
         groups = [g for g in SUITE_GROUPS if opts.has_group(g)]
@@ -114,6 +116,63 @@ def run_suite(opts, log=print):
                 f"({opts.reps} interleaved repetitions of each twin)")
             _run(group_command(opts, group, npass), os.path.join(opts.runs, f"suite-{group}-{npass}.txt"),
                  f"{group} pass {npass}", log)
+    if opts.has_group("asio") and os.access(asio, os.X_OK):
+        run_syscalls(opts, asio, log)
+
+
+SYSCALL_ROWS = (("send_rtt", "SEND round trip 8 B", "per round trip", 1),
+                ("send_rate_q64", "SEND rate 8 B, 64 in flight", "per message", 1024))
+"""The Asio rows whose system calls are counted: (row, label, per what, operations per iteration)."""
+SYSCALL_ITERATIONS = (100, 1100)
+"""The two fixed iteration counts of each counted run: the difference leaves the set-up out."""
+
+
+def syscall_command(asio, twin, row, iterations, out):
+    """bench-asio's row ROW of twin TWIN for exactly ITERATIONS iterations under strace -c -f."""
+    return (["strace", "-f", "-c", "-o", out, asio, f"--benchmark_filter=^asio/{twin}/{row}/",
+             "--benchmark_repetitions=1"], {"RDMACXX_BENCH_ITERATIONS": str(iterations)})
+
+
+def strace_total(text):
+    """The calls of strace -c's total line in TEXT, or None."""
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[-1] == "total" and len(parts) >= 4:
+            try:
+                return int(parts[3])
+            except ValueError:
+                return None
+    return None
+
+
+def run_syscalls(opts, asio, log=print):
+    """System calls per operation of each Asio twin (co_await, plain, raw): each counted row run
+    twice under `strace -c -f` with SYSCALL_ITERATIONS fixed iterations; runs/syscalls.json holds
+    {row: {twin: calls per round trip or message}}. Skipped (and said) without strace."""
+    if shutil.which("strace") is None:
+        log("bench: no strace: the Asio twins' system calls are not counted (tools/setup --bench installs it)")
+        return
+    result = {}
+    for row, _label, _per, ops in SYSCALL_ROWS:
+        for twin in ("coawait", "plain", "raw"):
+            calls = []
+            for n in SYSCALL_ITERATIONS:
+                out = os.path.join(opts.runs, f"strace-{twin}-{row}-{n}.txt")
+                argv, extra = syscall_command(asio, twin, row, n, out)
+                log(f"bench: system calls of asio/{twin}/{row}, {n} iterations (strace -c -f)")
+                _run(argv, os.path.join(opts.runs, f"strace-{twin}-{row}-{n}.log"), f"strace of {twin} {row}", log,
+                     env=dict(os.environ, **extra))
+                try:
+                    with open(out) as f:
+                        calls.append(strace_total(f.read()))
+                except OSError:
+                    calls.append(None)
+            per = None
+            if None not in calls:
+                per = (calls[1] - calls[0]) / ((SYSCALL_ITERATIONS[1] - SYSCALL_ITERATIONS[0]) * ops)
+            result.setdefault(row, {})[twin] = per
+    with open(os.path.join(opts.runs, "syscalls.json"), "w") as f:
+        json.dump(result, f, indent=1)
 
 
 # --- medians --------------------------------------------------------------------------------------
@@ -281,6 +340,16 @@ def checked_rows(suite):
     return [(k, median(suite, "rdmacxx-checked", k, "msgs"), median(suite, "rdmacxx", k, "msgs"),
              median(suite, "raw", k, "msgs"))
             for k in rate_keys(suite) if median(suite, "rdmacxx-checked", k, "msgs")]
+
+
+def syscall_rows(runs):
+    """The Asio twins' system calls per operation from RUNS/syscalls.json: [(label, per, {twin: calls})]."""
+    try:
+        with open(os.path.join(runs, "syscalls.json")) as f:
+            counted = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [(label, per, counted[row]) for row, label, per, _ops in SYSCALL_ROWS if row in counted]
 
 
 def asio_rows(suite):

@@ -95,10 +95,37 @@ class SuiteCommands(unittest.TestCase):
             os.chmod(asio, 0o755)
             o = options("--build", build, "--out", build, "--passes", "2", "--groups", "cq lat asio")
             ran = []
-            with mock.patch.object(suite, "_run", lambda argv, out, what, log: ran.append(os.path.basename(out))):
+            with mock.patch.object(suite, "_run", lambda argv, out, what, log, env=None: ran.append(os.path.basename(out))), \
+                    mock.patch.object(suite.shutil, "which", lambda _: None):
                 suite.run_suite(o, log=lambda *_: None)
         self.assertEqual(ran, ["suite-lat-1.txt", "suite-cq-1.txt", "suite-asio-1.txt",
                                "suite-lat-2.txt", "suite-cq-2.txt", "suite-asio-2.txt"])
+
+    def test_syscalls(self):
+        """With strace: each counted Asio row of each twin twice, with the two fixed iteration
+        counts in the environment; runs/syscalls.json from the totals (None where none)."""
+        with tempfile.TemporaryDirectory() as out:
+            o = options("--build", out, "--out", out, "--groups", "asio")
+            os.makedirs(o.runs, exist_ok=True)
+            ran = []
+
+            def fake_run(argv, out_txt, what, log, env=None):
+                ran.append((os.path.basename(out_txt), env["RDMACXX_BENCH_ITERATIONS"]))
+                calls = int(env["RDMACXX_BENCH_ITERATIONS"]) * (3 if "coawait" in out_txt else 2) + 50
+                if "raw-send_rate" not in out_txt:
+                    with open(argv[argv.index("-o") + 1], "w") as f:
+                        f.write(f"100.00    0.001000           2       {calls}        12 total\n")
+
+            with mock.patch.object(suite, "_run", fake_run), mock.patch.object(suite.shutil, "which", lambda _: "/s"):
+                suite.run_syscalls(o, "/b/bench-asio", log=lambda *_: None)
+            with open(os.path.join(o.runs, "syscalls.json")) as f:
+                counted = json.load(f)
+        self.assertEqual(len(ran), 12)
+        self.assertEqual(ran[0], ("strace-coawait-send_rtt-100.log", "100"))
+        self.assertEqual(ran[1], ("strace-coawait-send_rtt-1100.log", "1100"))
+        self.assertEqual(counted["send_rtt"], {"coawait": 3.0, "plain": 2.0, "raw": 2.0})
+        self.assertAlmostEqual(counted["send_rate_q64"]["coawait"], 3.0 / 1024)
+        self.assertIsNone(counted["send_rate_q64"]["raw"])
 
 
 class Environment(unittest.TestCase):

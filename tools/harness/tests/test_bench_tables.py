@@ -194,3 +194,35 @@ class Plots(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Syscalls(unittest.TestCase):
+    """The Asio twins' system calls: strace -c's total line, runs/syscalls.json, and their table."""
+
+    STRACE = ("% time     seconds  usecs/call     calls    errors syscall\n"
+              "------ ----------- ----------- --------- --------- ----------------\n"
+              " 61.00    0.000610           3       200           write\n"
+              " 39.00    0.000390           2       150        12 epoll_wait\n"
+              "------ ----------- ----------- --------- --------- ----------------\n"
+              "100.00    0.001000           2       350        12 total\n")
+
+    def test_total(self):
+        self.assertEqual(suite.strace_total(self.STRACE), 350)
+        self.assertIsNone(suite.strace_total("strace: exec: No such file or directory\n"))
+
+    def test_command_fixes_the_iterations(self):
+        argv, extra = suite.syscall_command("/b/bench-asio", "coawait", "send_rtt", 1100, "/r/out.txt")
+        self.assertEqual(argv[:5], ["strace", "-f", "-c", "-o", "/r/out.txt"])
+        self.assertIn("--benchmark_filter=^asio/coawait/send_rtt/", argv)
+        self.assertEqual(extra, {"RDMACXX_BENCH_ITERATIONS": "1100"})
+
+    def test_rows_and_table(self):
+        with tempfile.TemporaryDirectory() as runs:
+            self.assertEqual(suite.syscall_rows(runs), [])
+            with open(os.path.join(runs, "syscalls.json"), "w") as f:
+                json.dump({"send_rtt": {"coawait": 2.5, "plain": 2.0, "raw": 2.0}}, f)
+            rows = suite.syscall_rows(runs)
+        self.assertEqual(rows, [("SEND round trip 8 B", "per round trip", {"coawait": 2.5, "plain": 2.0, "raw": 2.0})])
+        text = "\n".join(tables.suite_syscalls(rows))
+        self.assertIn("system calls per operation", text)
+        self.assertRegex(text, r"SEND round trip 8 B\s+per round trip\s+2.5\s+2\s+2\s+1.250")
