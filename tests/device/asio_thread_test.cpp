@@ -22,11 +22,14 @@
 
 namespace rx = rdmacxx;
 namespace rxa = rdmacxx::io;
+namespace net = rxa::net;
 
 namespace {
 
-// Ping-pong traffic on an asio_pair: `lanes` SEND/receive pairs in flight, each starting the next
-// from its handler, until `stop` is set or `rounds` pairs have completed.
+// Ping-pong traffic on an asio_pair: `lanes` SEND/receive pairs in flight, each lane's next pair
+// started by a handler its last one posts to the io_context (the dispatcher runs the completions
+// themselves inline, within its sweep: with every start posted, a thread of a second run() meets
+// the thread inside the sweep), until `stop` is set.
 struct traffic {
     explicit traffic(test::asio_pair<>& pair, std::size_t lanes)
         : p(pair), buf(pair.pd, lanes * 2 * 64), lanes_(lanes) {}
@@ -44,7 +47,7 @@ struct traffic {
             if (ec) failed.store(true);
             if (--*left == 0) {
                 rounds.fetch_add(1);
-                lane(l);
+                net::post(p.io, [this, l] { lane(l); });
             }
         };
         rxa::async_recv(p.d, p.b, rx::recv{theirs}, done);

@@ -689,6 +689,7 @@ TEST_CASE_TEMPLATE("cm drivers: churn: 8 client processes, one killed with SIGKI
     std::string const program = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "device_tests";
     { Server warm_up; } // librdmacm opens (and keeps) its device files on first use
     std::size_t const threads0 = test::proc_entries("/proc/self/task");
+    std::string const names0 = test::thread_names();
     std::size_t const fds0 = test::proc_entries("/proc/self/fd");
     std::size_t const rc_qps0 = test::rdma_qps_of_this_process("RC");
     std::optional<Server> srv{std::in_place};
@@ -752,7 +753,8 @@ TEST_CASE_TEMPLATE("cm drivers: churn: 8 client processes, one killed with SIGKI
     CHECK(test::rdma_qps_of_this_process("RC") == rc_qps0);          // `rdma resource show qp`: none left
     CHECK(test::proc_entries("/proc/self/task") == threads_serving); // no connection's thread left
     srv.reset();
-    CHECK(test::proc_entries("/proc/self/task") == threads0);
+    CHECK_MESSAGE(test::proc_entries("/proc/self/task") == threads0,
+                  "threads before: " << names0 << "; after: " << test::thread_names());
     CHECK(test::proc_entries("/proc/self/fd") == fds0);
 }
 

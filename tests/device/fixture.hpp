@@ -35,6 +35,27 @@ inline std::size_t proc_entries(char const* dir) {
     return n;
 }
 
+/// The threads of this process, "TID:NAME" each (/proc/self/task/TID/comm), for a message that
+/// says which thread came or went.
+inline std::string thread_names() {
+    std::string out;
+    if (DIR* d = ::opendir("/proc/self/task")) {
+        while (dirent const* e = ::readdir(d)) {
+            if (e->d_name[0] == '.') continue;
+            std::string name;
+            if (FILE* f = std::fopen(("/proc/self/task/" + std::string{e->d_name} + "/comm").c_str(), "r")) {
+                std::array<char, 64> buf{};
+                if (std::fgets(buf.data(), static_cast<int>(buf.size()), f) != nullptr) name = buf.data();
+                std::fclose(f);
+            }
+            if (!name.empty() && name.back() == '\n') name.pop_back();
+            out += std::string{e->d_name} + ":" + name + " ";
+        }
+        ::closedir(d);
+    }
+    return out;
+}
+
 /// What `command` (run by /bin/sh) printed on stdout and stderr.
 /// @throws std::runtime_error when it cannot be run or exits with a status other than 0.
 inline std::string command_output(std::string const& command) {

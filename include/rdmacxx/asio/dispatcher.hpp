@@ -75,16 +75,23 @@ enum class cq_mode {
 
 /// Routes completions to Asio operations: owns a duplicate of a completion channel's descriptor
 /// in an `asio::posix::stream_descriptor` on the executor it is given, and a fixed pool of
-/// operation slots. It polls before it sleeps, as a hand-written event loop does: when an
-/// operation starts, and after each wake-up, a sweep (posted to the executor) polls every routed
-/// CQ until empty; while sweeps find completions they follow one another, and a request whose
-/// completion is there at once costs no system call of the dispatcher's. Only a sweep that finds
-/// every routed CQ empty arms the CQs (those not armed yet), polls them once more (a completion
-/// that lands between the last poll and the arm is not missed) and waits on the descriptor.
-/// When the descriptor is readable it takes every pending CQ event, counts it on its CQ
-/// (acknowledged in batches of `completion_queue::ack_batch`) and polls that CQ until empty.
-/// Each completion's `wr_id` names a slot and the generation that posted it, and the slot's
-/// handler is posted to its own executor with the completion (never run inside the poll). A
+/// operation slots. It polls before it sleeps, as a hand-written event loop does: a sweep runs
+/// when an operation starts (posted to the executor; one at a time) and after each wake-up, and
+/// polls the routed CQs (round robin) one batch at a time. Each completion's `wr_id` names a slot
+/// and the generation that posted it; the sweep completes that slot's operation at once, its
+/// handler run inline when the handler's executor is running in this thread (`dispatch`: a
+/// coroutine resumes inside the sweep, a callback runs there) and posted to it otherwise. What
+/// the handler starts is polled by the same sweep, so a request whose completion is there at
+/// once (rxe carries a request out within the call that posts it) costs no system call and no
+/// trip through the io_context's queue. After 64 handlers (`inline_budget`) the sweep posts
+/// another and returns, so that the io_context's other handlers get their turn. Only a sweep that
+/// finds every routed CQ empty arms the CQs (those not armed yet), polls them once more (a
+/// completion that lands between the last poll and the arm is not missed) and waits on the
+/// descriptor. When the descriptor is readable it takes every pending CQ event, counts it on its
+/// CQ (acknowledged in batches of `completion_queue::ack_batch`) and sweeps. A handler that
+/// throws leaves the completions polled with it for the next sweep (posted as the exception
+/// leaves), and one that destroys or moves the dispatcher ends the sweep (it is followed through
+/// its cell). A
 /// completion whose tag names no pending operation (one not posted through the dispatcher, or a
 /// forgotten QP's) is dropped and counted (`stray()`).
 ///
@@ -153,7 +160,9 @@ public:
           pool_(std::move(other.pool_)), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
           cancelled_(std::exchange(other.cancelled_, 0U)), stray_(other.stray_), cancel_(other.cancel_),
           pools_(std::move(other.pools_)), reading_(std::exchange(other.reading_, false)),
-          sweep_queued_(std::exchange(other.sweep_queued_, false)), thread_(std::move(other.thread_)) {}
+          sweep_queued_(std::exchange(other.sweep_queued_, false)), thread_(std::move(other.thread_)),
+          backlog_(other.backlog_), backlog_at_(std::exchange(other.backlog_at_, 0U)),
+          backlog_end_(std::exchange(other.backlog_end_, 0U)), poll_next_(other.poll_next_) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
     /// no-op.
@@ -363,11 +372,13 @@ public:
         s.cancel = {};
         if (s.st == detail::op_slot::state::cancelled) --cancelled_;
         --pending_;
-        // The handler is moved out and the slot's copy destroyed before it runs (inline when its
-        // executor allows): it may start the next operation at once.
-        s.invoke(s, &r, posted, pool_);
-        release(index);
+        auto const invoke = s.invoke;
+        release(index); // free from here on: the handler is moved out of it next, before anything can take it
         if (pending_ == 0) stop_reading_when_idle(); // whoever completed the last: run() may return
+        // The handler is moved out and the slot's copy destroyed before it runs. Not posted, it runs
+        // inline when its executor is running in this thread (net::dispatch): it may start the next
+        // operation, destroy or move the dispatcher — nothing of the dispatcher is touched after.
+        invoke(s, &r, posted, pool_);
     }
 
     // A pending operation whose work never reached the device: completed with `ec` (and the
@@ -376,21 +387,12 @@ public:
         complete(index, detail::op_result{ec, {}, 0, std::move(ex)}, true);
     }
 
-    // Makes sure the routed CQs are looked at: a sweep is posted unless one is queued already.
-    // Called when an operation starts (its request is posted) and after each wake-up.
+    // Makes sure the routed CQs are looked at: a sweep is posted unless one is queued already or
+    // one is running (a handler it runs inline started an operation: it polls again before it
+    // returns). Called when an operation starts (its request is posted).
     void watch() {
-        if (sweep_queued_) return;
-        detail::post_from(pool_, ex_, [self = anchor_.cell()] {
-            completion_dispatcher* const d = self.get_if(); // wherever it has moved to; null: gone
-            if (d == nullptr) return;
-            auto const inside = d->thread_.enter(who);
-            d->sweep_queued_ = false;
-            try {
-                d->sweep();
-            } catch (rdmacxx::error const& err) {
-                d->fail_all(err.code());
-            }
-        });
+        if (sweep_queued_ || sweeping_) return;
+        detail::post_from(pool_, ex_, [self = anchor_.cell()] { sweep(self, true); });
         sweep_queued_ = true; // once queued (posting may throw): the sweep runs after this returns
     }
 
@@ -525,88 +527,155 @@ private:
                     continue;
                 }
                 e->note(e->cq.get());
-                if (e->batch) {
+                if (e->batch)
                     serve_batch(*e);
-                } else {
-                    e->armed = false;
-                    (void)drain(*e);
-                }
+                else
+                    e->armed = false; // the sweep below polls it, and arms it again before the next wait
             }
         } catch (rdmacxx::error const& err) {
             fail_all(err.code());
             return;
         }
         if (pending_ != 0)
-            watch(); // the sweep re-arms what the events disarmed before the next wait
+            sweep(anchor_.cell(), false); // last: the handlers it runs may destroy the dispatcher
         else
-            stop_reading_when_idle(); // a handler run inline may have started a wait before the last completed
-    }
-
-    // Polls `e` until it is empty, routing what it finds; returns whether it found any. Does not arm.
-    bool drain(cq_entry& e) {
-        std::array<work_completion, 16> wcs;
-        bool found = false;
-        std::size_t n = 0;
-        while ((n = e.poll(e.cq.get(), std::span{wcs})) != 0) {
-            route(std::span{wcs}.first(n));
-            found = true;
-        }
-        return found;
-    }
-
-    // Looks at the routed CQs before sleeping, as a hand-written event loop polls before it
-    // waits: a request whose completion is there already (the device was quick, or the work ran
-    // within the post, as rxe's does) completes without a trip through the channel. What it
-    // finds is routed (handlers posted) and another sweep follows them. Only when every routed CQ
-    // is empty does it arm those that are not armed, poll them once more (nothing that lands
-    // before the arm is missed) and wait on the descriptor.
-    void sweep() {
-        if (pending_ == 0) {
             stop_reading_when_idle();
-            return;
-        }
-        bool found = false;
-        for (cq_entry& e : cqs_) // a routed handler is posted, never run here: cqs_ does not change
-            if (!e.batch) found = drain(e) || found;
-        if (!found) {
-            for (cq_entry& e : cqs_) {
-                if (e.batch || e.armed) continue;
-                e.arm(e.cq.get());
-                e.armed = true;
-                found = drain(e) || found;
-            }
-        }
-        if (pending_ == 0)
-            stop_reading_when_idle();
-        else if (found)
-            watch();
-        else
-            ensure_reading();
     }
 
-    void route(std::span<work_completion const> wcs) {
-        for (work_completion const& wc : wcs) {
-            auto const index = static_cast<std::uint32_t>(wc.wr_id() & 0xffffffffU);
-            auto const generation = static_cast<std::uint32_t>(wc.wr_id() >> 32);
-            if ((wc.wr_id() & pool_tag_bit) != 0) {
-                route_to_pool(generation, static_cast<std::uint32_t>(index & ~pool_tag_bit), wc);
-                continue;
+    // The sweep: looks at the routed CQs before sleeping, as a hand-written event loop polls
+    // before it waits, and completes what it finds, one completion at a time, each handler run
+    // inline when its executor is running in this thread (a coroutine resumes here, and the
+    // request it posts next is polled by the same sweep), at most `inline_budget` of them; then it
+    // posts another sweep, so that the io_context's other handlers get their turn. Only when
+    // every routed CQ is empty does it arm those that are not armed, poll them once more (nothing
+    // that lands before the arm is missed) and wait on the descriptor. Static: a handler it runs
+    // may destroy or move the dispatcher, which it follows through its cell. The completions it
+    // polled and has not completed yet wait in `backlog_`: a handler that throws (out of run())
+    // leaves them there, and the sweep posted on the way out takes them first. `posted`: run by
+    // the sweep `watch` posted (not by a wake-up).
+    static void sweep(rdmacxx::detail::link<completion_dispatcher> const& self, bool posted) {
+        completion_dispatcher* d = self.get_if(); // wherever it has moved to; null: gone
+        if (d == nullptr) return;
+        auto const inside = d->thread_.enter(who); // its state outlives the dispatcher (thread_rule.hpp)
+        if (posted) d->sweep_queued_ = false;
+        struct guard {
+            rdmacxx::detail::link<completion_dispatcher> const& self;
+            int const unwinding = std::uncaught_exceptions();
+            ~guard() {
+                completion_dispatcher* const now = self.get_if();
+                if (now == nullptr) return;
+                now->sweeping_ = false;
+                if (std::uncaught_exceptions() > unwinding) try {
+                        now->watch(); // a handler threw: the rest of the batch, and the CQs, next time
+                    } catch (...) {   // no memory to post with: the next operation or wake-up sweeps
+                    }
             }
-            if (index >= slots_.size() || slots_[index].generation != generation ||
-                slots_[index].st == detail::op_slot::state::free || slots_[index].batch) [[unlikely]] {
-                ++stray_;
-                continue;
-            }
-            // A cancelled operation completes with its own outcome, which the cancellation did not
-            // change, except the flush that cancel_mode::qp_to_error caused: that is its abort.
-            error_code ec = wc.error_code();
-            if (slots_[index].st == detail::op_slot::state::cancelled && cancel_ == cancel_mode::qp_to_error &&
-                wc.status() == IBV_WC_WR_FLUSH_ERR)
-                ec = io::detail::operation_aborted();
-            // Posted, never run inline: a handler then cannot re-enter the drain (add a CQ, throw
-            // through it and lose the rest of the batch).
-            complete(index, detail::op_result{ec, wc, 0}, true);
+        } const on_exit{self};
+        std::uint32_t index = npos;
+        detail::op_result r{};
+        for (unsigned budget = inline_budget;; --budget) {
+            d = self.get_if(); // wherever the last handler left it
+            if (d == nullptr) return;
+            d->sweeping_ = true;
+            if (!d->next(budget, index, r)) return;
+            d->complete(index, r, false); // last: the handler may destroy or move the dispatcher
         }
+    }
+
+    // The next completion for the sweep to complete (its slot in `index`, its result in `r`), or
+    // false when the sweep ends, the dispatcher then as it must be: idle, waiting on the
+    // descriptor, or another sweep posted (`budget` spent).
+    bool next(unsigned budget, std::uint32_t& index, detail::op_result& r) {
+        for (;;) {
+            if (pending_ == 0) {
+                // Nothing pending: what is polled already, and what the CQs hold, can only be
+                // receive pools' messages (taken now, into their pools, which complete nothing
+                // inline) or strays; nothing is armed.
+                sweeping_ = false;
+                try {
+                    do {
+                        while (backlog_at_ < backlog_end_)
+                            (void)route(backlog_[backlog_at_++], index, r);
+                        backlog_at_ = 0;
+                        backlog_end_ = static_cast<std::uint32_t>(poll_routed(false));
+                    } while (backlog_end_ != 0);
+                } catch (rdmacxx::error const& err) {
+                    fail_all(err.code());
+                    return false;
+                }
+                stop_reading_when_idle();
+                return false;
+            }
+            if (budget == 0) {
+                sweeping_ = false;
+                watch();
+                return false;
+            }
+            while (backlog_at_ < backlog_end_)
+                if (route(backlog_[backlog_at_++], index, r)) return true;
+            std::size_t n = 0;
+            try {
+                n = poll_routed();
+            } catch (rdmacxx::error const& err) {
+                sweeping_ = false;
+                fail_all(err.code());
+                return false;
+            }
+            if (n == 0) {
+                sweeping_ = false;
+                ensure_reading();
+                return false;
+            }
+            backlog_at_ = 0;
+            backlog_end_ = static_cast<std::uint32_t>(n);
+        }
+    }
+
+    // Polls the routed CQs, round robin from where the last poll left off, into `backlog_`; when
+    // all are empty and `arm`, arms those not armed and polls each once more. How many it took.
+    std::size_t poll_routed(bool arm = true) {
+        std::size_t const count = cqs_.size();
+        for (int pass = 0; pass < (arm ? 2 : 1); ++pass) {
+            for (std::size_t k = 0; k < count; ++k) {
+                cq_entry& e = cqs_[(poll_next_ + k) % count];
+                if (e.batch) continue;
+                if (pass == 1) {
+                    if (e.armed) continue;
+                    e.arm(e.cq.get());
+                    e.armed = true;
+                }
+                if (std::size_t const n = e.poll(e.cq.get(), std::span{backlog_}); n != 0) {
+                    poll_next_ = (poll_next_ + k + 1) % count;
+                    return n;
+                }
+            }
+        }
+        return 0;
+    }
+
+    // Where completion `wc` goes: true with `index` and `r` set for a pending operation's; a
+    // receive pool's goes to its pool, and one that names no pending operation is a stray.
+    bool route(work_completion const& wc, std::uint32_t& index, detail::op_result& r) {
+        auto const i = static_cast<std::uint32_t>(wc.wr_id() & 0xffffffffU);
+        auto const generation = static_cast<std::uint32_t>(wc.wr_id() >> 32);
+        if ((wc.wr_id() & pool_tag_bit) != 0) {
+            route_to_pool(generation, static_cast<std::uint32_t>(i & ~pool_tag_bit), wc);
+            return false;
+        }
+        if (i >= slots_.size() || slots_[i].generation != generation || slots_[i].st == detail::op_slot::state::free ||
+            slots_[i].batch) [[unlikely]] {
+            ++stray_;
+            return false;
+        }
+        // A cancelled operation completes with its own outcome, which the cancellation did not
+        // change, except the flush that cancel_mode::qp_to_error caused: that is its abort.
+        error_code ec = wc.error_code();
+        if (slots_[i].st == detail::op_slot::state::cancelled && cancel_ == cancel_mode::qp_to_error &&
+            wc.status() == IBV_WC_WR_FLUSH_ERR)
+            ec = io::detail::operation_aborted();
+        index = i;
+        r = detail::op_result{ec, wc, 0};
+        return true;
     }
 
     // A receive_pool's completion goes to its pool; a pool gone makes it a stray.
@@ -666,6 +735,14 @@ private:
     bool reading_ = false;
     bool sweep_queued_ = false;
     detail::thread_rule thread_; // who may use it now (thread_rule.hpp)
+    // Completions a sweep polled and has not completed yet: [backlog_at_, backlog_end_).
+    std::array<work_completion, 16> backlog_;
+    std::uint32_t backlog_at_ = 0;
+    std::uint32_t backlog_end_ = 0;
+    std::size_t poll_next_ = 0; // the routed CQ the next poll starts with (round robin)
+    bool sweeping_ = false;     // a sweep is running: an operation that starts needs no other
+    // Handlers a sweep runs inline before it lets the io_context's other handlers run.
+    static constexpr unsigned inline_budget = 64;
     static constexpr char const* who = "a completion dispatcher";
 };
 

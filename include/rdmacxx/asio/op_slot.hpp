@@ -127,7 +127,7 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
     if (posted)
         post_from(pool, ex, Completer::bind(std::move(h), *r));
     else
-        net::dispatch(ex, Completer::bind(std::move(h), *r));
+        dispatch_from(pool, ex, Completer::bind(std::move(h), *r));
 }
 
 } // namespace io::detail

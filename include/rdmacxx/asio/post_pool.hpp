@@ -156,6 +156,35 @@ void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handl
     }
 }
 
+/// Runs `handler` as `net::dispatch(ex, handler)` does: inline when `ex` is running in this
+/// thread, posted otherwise. On an executor of the pool's owner (held directly or in an
+/// `asio::any_io_executor`) running in this thread it is called directly (no type-erased hop,
+/// which would allocate); posted, it goes through `post_from`. Any other executor (a strand,
+/// another `io_context`) gets `net::dispatch`.
+template <class Executor, class Handler>
+void dispatch_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handler&& handler) {
+    using untracked = net::io_context::basic_executor_type<std::allocator<void>, 0>;
+    using tracked = net::io_context::basic_executor_type<std::allocator<void>, 4>;
+    auto direct = [&](auto const& io) {
+        if (static_cast<net::execution_context const*>(&io.context()) != pool->owner() || !io.running_in_this_thread())
+            post_from(pool, io, std::forward<Handler>(handler));
+        else
+            std::forward<Handler>(handler)();
+    };
+    if constexpr (std::is_same_v<Executor, untracked> || std::is_same_v<Executor, tracked>) {
+        direct(ex);
+    } else if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
+        if (auto const* io = ex.template target<untracked>())
+            direct(*io);
+        else if (auto const* tio = ex.template target<tracked>())
+            direct(*tio);
+        else
+            net::dispatch(ex, std::forward<Handler>(handler));
+    } else {
+        net::dispatch(ex, std::forward<Handler>(handler));
+    }
+}
+
 } // namespace io::detail
 } // namespace v0
 } // namespace rdmacxx

@@ -10,6 +10,7 @@
 #include "rdmacxx/error.hpp"
 
 #include <atomic>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -57,10 +58,11 @@ public:
         /// @throws thread_error when another thread is inside (with the check)
         scope([[maybe_unused]] thread_rule& rule, [[maybe_unused]] char const* what) {
 #if RDMACXX_ASIO_THREAD_CHECK
+            if (!rule.inside_) return; // a moved-from object: nothing to guard
             std::thread::id const me = std::this_thread::get_id();
             std::thread::id inside{};
-            if (rule.inside_.compare_exchange_strong(inside, me, std::memory_order_acq_rel)) {
-                rule_ = &rule;
+            if (rule.inside_->compare_exchange_strong(inside, me, std::memory_order_acq_rel)) {
+                held_ = rule.inside_;
                 return;
             }
             if (inside != me) refuse(what, inside, me); // else nested: the outer scope leaves
@@ -69,18 +71,28 @@ public:
         scope(scope const&) = delete;
         scope& operator=(scope const&) = delete;
         ~scope() {
-            if (rule_ != nullptr) rule_->inside_.store(std::thread::id{}, std::memory_order_release);
+            if (held_) held_->store(std::thread::id{}, std::memory_order_release);
         }
 
     private:
-        thread_rule* rule_ = nullptr;
+        // The outer scope's hold on the state: shared, so that a handler run inside the scope may
+        // destroy the guarded object (the state goes with the last holder).
+        std::shared_ptr<std::atomic<std::thread::id>> held_;
     };
 
-    thread_rule() = default;
-    /// A new rule: nobody is inside the object moved to (a move is not made from inside it by
-    /// another thread).
-    thread_rule(thread_rule&& /*other*/) noexcept {}
-    thread_rule& operator=(thread_rule&& /*other*/) noexcept { return *this; }
+    /// Nobody inside. With the check, allocates the state (it outlives the rule while a scope holds it).
+    thread_rule() {
+#if RDMACXX_ASIO_THREAD_CHECK
+        inside_ = std::make_shared<std::atomic<std::thread::id>>();
+#endif
+    }
+    /// Takes over `other`'s state (a thread inside it is inside this; a move is not made from
+    /// inside it by another thread); `other` then guards nothing.
+    thread_rule(thread_rule&& other) noexcept : inside_(std::move(other.inside_)) {}
+    thread_rule& operator=(thread_rule&& other) noexcept {
+        inside_ = std::move(other.inside_);
+        return *this;
+    }
     ~thread_rule() = default;
     thread_rule(thread_rule const&) = delete;
     thread_rule& operator=(thread_rule const&) = delete;
@@ -98,7 +110,7 @@ private:
         throw thread_error(text.str());
     }
 
-    std::atomic<std::thread::id> inside_{};
+    std::shared_ptr<std::atomic<std::thread::id>> inside_; // null without the check, or moved from
 };
 
 } // namespace detail

@@ -120,11 +120,10 @@ def run_suite(opts, log=print):
         run_syscalls(opts, asio, log)
 
 
-SYSCALL_ROWS = (("send_rtt", "SEND round trip 8 B", "per round trip", 1),
-                ("send_rate_q64", "SEND rate 8 B, 64 in flight", "per message", 1024))
-"""The Asio rows whose system calls are counted: (row, label, per what, operations per iteration)."""
-SYSCALL_ITERATIONS = (100, 1100)
-"""The two fixed iteration counts of each counted run: the difference leaves the set-up out."""
+SYSCALL_ROWS = (("send_rtt", "SEND round trip 8 B", "per round trip", 1, (100, 1100)),
+                ("send_rate_q64", "SEND rate 8 B, 64 in flight", "per message", 1024, (10, 60)))
+"""The Asio rows whose system calls are counted: (row, label, per what, operations per iteration,
+the two fixed iteration counts of its runs: the difference leaves the set-up out)."""
 
 
 def syscall_command(asio, twin, row, iterations, out):
@@ -147,16 +146,16 @@ def strace_total(text):
 
 def run_syscalls(opts, asio, log=print):
     """System calls per operation of each Asio twin (co_await, plain, raw): each counted row run
-    twice under `strace -c -f` with SYSCALL_ITERATIONS fixed iterations; runs/syscalls.json holds
+    twice under `strace -c -f` with its two fixed iteration counts; runs/syscalls.json holds
     {row: {twin: calls per round trip or message}}. Skipped (and said) without strace."""
     if shutil.which("strace") is None:
         log("bench: no strace: the Asio twins' system calls are not counted (tools/setup --bench installs it)")
         return
     result = {}
-    for row, _label, _per, ops in SYSCALL_ROWS:
+    for row, _label, _per, ops, counts in SYSCALL_ROWS:
         for twin in ("coawait", "plain", "raw"):
             calls = []
-            for n in SYSCALL_ITERATIONS:
+            for n in counts:
                 out = os.path.join(opts.runs, f"strace-{twin}-{row}-{n}.txt")
                 argv, extra = syscall_command(asio, twin, row, n, out)
                 log(f"bench: system calls of asio/{twin}/{row}, {n} iterations (strace -c -f)")
@@ -169,7 +168,7 @@ def run_syscalls(opts, asio, log=print):
                     calls.append(None)
             per = None
             if None not in calls:
-                per = (calls[1] - calls[0]) / ((SYSCALL_ITERATIONS[1] - SYSCALL_ITERATIONS[0]) * ops)
+                per = (calls[1] - calls[0]) / ((counts[1] - counts[0]) * ops)
             result.setdefault(row, {})[twin] = per
     with open(os.path.join(opts.runs, "syscalls.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -349,7 +348,7 @@ def syscall_rows(runs):
             counted = json.load(f)
     except (OSError, ValueError):
         return []
-    return [(label, per, counted[row]) for row, label, per, _ops in SYSCALL_ROWS if row in counted]
+    return [(label, per, counted[row]) for row, label, per, _ops, _counts in SYSCALL_ROWS if row in counted]
 
 
 def asio_rows(suite):

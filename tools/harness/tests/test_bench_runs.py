@@ -124,6 +124,7 @@ class SuiteCommands(unittest.TestCase):
         self.assertEqual(ran[0], ("strace-coawait-send_rtt-100.log", "100"))
         self.assertEqual(ran[1], ("strace-coawait-send_rtt-1100.log", "1100"))
         self.assertEqual(counted["send_rtt"], {"coawait": 3.0, "plain": 2.0, "raw": 2.0})
+        self.assertEqual(ran[6], ("strace-coawait-send_rate_q64-10.log", "10"))
         self.assertAlmostEqual(counted["send_rate_q64"]["coawait"], 3.0 / 1024)
         self.assertIsNone(counted["send_rate_q64"]["raw"])
 
