@@ -124,6 +124,27 @@ struct pool_allocator {
     std::shared_ptr<post_pool> pool;
 };
 
+/// Calls `on_io(io)` with the `io_context` executor that `ex` is or holds (in an
+/// `asio::any_io_executor`; untracked, or tracking outstanding work as a coroutine's is), or
+/// `other()` when it is neither (a strand, a thread pool's, `use_future`'s).
+template <class Executor, class OnIo, class Other>
+void with_io_executor(Executor const& ex, OnIo&& on_io, Other&& other) {
+    using untracked = net::io_context::basic_executor_type<std::allocator<void>, 0>;
+    using tracked = net::io_context::basic_executor_type<std::allocator<void>, 4>;
+    if constexpr (std::is_same_v<Executor, untracked> || std::is_same_v<Executor, tracked>) {
+        on_io(ex);
+    } else if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
+        if (auto const* io = ex.template target<untracked>())
+            on_io(*io);
+        else if (auto const* tio = ex.template target<tracked>())
+            on_io(*tio);
+        else
+            other();
+    } else {
+        other();
+    }
+}
+
 /// Posts `handler` to `ex`. On an executor of the pool's owner (an `io_context`'s executor, held
 /// directly or in an `asio::any_io_executor`, untracked or tracking outstanding work, as a
 /// coroutine's is) the queued operation is allocated from `pool`, and the handler runs bound to
@@ -132,28 +153,16 @@ struct pool_allocator {
 /// allocate), so that the pool is only ever used from its owner's thread.
 template <class Executor, class Handler>
 void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handler&& handler) {
-    using untracked = net::io_context::basic_executor_type<std::allocator<void>, 0>;
-    using tracked = net::io_context::basic_executor_type<std::allocator<void>, 4>;
-    auto pooled = [&](auto const& io) {
-        if (static_cast<net::execution_context const*>(&io.context()) != pool->owner()) {
-            net::post(io, std::forward<Handler>(handler));
-            return;
-        }
-        net::post(io, net::bind_executor(
-                          io, net::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
-    };
-    if constexpr (std::is_same_v<Executor, untracked> || std::is_same_v<Executor, tracked>) {
-        pooled(ex);
-    } else if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
-        if (auto const* io = ex.template target<untracked>())
-            pooled(*io);
-        else if (auto const* tio = ex.template target<tracked>())
-            pooled(*tio);
-        else
-            net::post(ex, std::forward<Handler>(handler));
-    } else {
-        net::post(ex, std::forward<Handler>(handler));
-    }
+    with_io_executor(
+        ex,
+        [&](auto const& io) {
+            if (static_cast<net::execution_context const*>(&io.context()) != pool->owner())
+                net::post(io, std::forward<Handler>(handler));
+            else
+                net::post(io, net::bind_executor(
+                                  io, net::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
+        },
+        [&] { net::post(ex, std::forward<Handler>(handler)); });
 }
 
 /// Runs `handler` as `net::dispatch(ex, handler)` does: inline when `ex` is running in this
@@ -163,26 +172,16 @@ void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handl
 /// another `io_context`) gets `net::dispatch`.
 template <class Executor, class Handler>
 void dispatch_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handler&& handler) {
-    using untracked = net::io_context::basic_executor_type<std::allocator<void>, 0>;
-    using tracked = net::io_context::basic_executor_type<std::allocator<void>, 4>;
-    auto direct = [&](auto const& io) {
-        if (static_cast<net::execution_context const*>(&io.context()) != pool->owner() || !io.running_in_this_thread())
-            post_from(pool, io, std::forward<Handler>(handler));
-        else
-            std::forward<Handler>(handler)();
-    };
-    if constexpr (std::is_same_v<Executor, untracked> || std::is_same_v<Executor, tracked>) {
-        direct(ex);
-    } else if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
-        if (auto const* io = ex.template target<untracked>())
-            direct(*io);
-        else if (auto const* tio = ex.template target<tracked>())
-            direct(*tio);
-        else
-            net::dispatch(ex, std::forward<Handler>(handler));
-    } else {
-        net::dispatch(ex, std::forward<Handler>(handler));
-    }
+    with_io_executor(
+        ex,
+        [&](auto const& io) {
+            if (static_cast<net::execution_context const*>(&io.context()) != pool->owner() ||
+                !io.running_in_this_thread())
+                post_from(pool, io, std::forward<Handler>(handler));
+            else
+                std::forward<Handler>(handler)();
+        },
+        [&] { net::dispatch(ex, std::forward<Handler>(handler)); });
 }
 
 } // namespace io::detail
