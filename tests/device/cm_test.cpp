@@ -370,18 +370,28 @@ TEST_SUITE("cm") {
         cm::listener<rx::rc> server{device_address()};
         auto const port = server.port();
         constexpr int warmup = 10, rounds = 200;
+        // This test counts leaks, not latency: a handshake may wait out the kernel CM's
+        // retransmission of a lost REQ or REP (about 4 s each on rxe; twice, under a loaded ASan
+        // build, once made the 10 s default too short), so each side gets 30 s, and the slowest
+        // connect is reported.
+        cm::connection_options opt;
+        opt.deadlines.connect = 30s;
+        opt.deadlines.accept = 30s;
         std::atomic<int> served{0};
         background srv([&] {
             for (int i = 0; i < warmup + rounds; ++i) {
                 {
-                    auto conn = server.get_request(30s).accept<rx::rc, rx::busy_poll>();
+                    auto conn = server.get_request(30s).accept<rx::rc, rx::busy_poll>(opt);
                     if (!conn.wait_disconnected(30s)) throw std::runtime_error("client did not disconnect");
                 } // destroyed before it is counted
                 ++served;
             }
         });
+        std::chrono::steady_clock::duration slowest{};
         auto one = [&] {
-            auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port));
+            auto const start = std::chrono::steady_clock::now();
+            auto conn = cm::connect<rx::rc, rx::busy_poll>(device_address(port), opt);
+            slowest = std::max(slowest, std::chrono::steady_clock::now() - start);
             conn.disconnect(30s);
         };
         for (int i = 0; i < warmup; ++i)
@@ -398,7 +408,8 @@ TEST_SUITE("cm") {
         std::size_t const maps_after = mapping_count();
         long const rss_after = status_kib("VmRSS:");
         MESSAGE("fds " << fds_before << " -> " << fds_after << ", mappings " << maps_before << " -> " << maps_after
-                       << ", VmRSS " << rss_before << " -> " << rss_after << " KiB");
+                       << ", VmRSS " << rss_before << " -> " << rss_after << " KiB, slowest connect "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count() << " ms");
         CHECK(served.load() == warmup + rounds);
         CHECK(fds_after == fds_before);
         // AddressSanitizer keeps freed memory in quarantine, so RSS grows by design there; in that
