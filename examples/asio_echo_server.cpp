@@ -110,8 +110,8 @@ struct server_state {
 };
 
 // Accepts `clients` clients. A client that goes (left or died) is noticed by the engine: its
-// QP's operations are forgotten by the dispatcher (they complete with operation_aborted) and its
-// connection is destroyed.
+// connection is destroyed, and its QP's pending operations complete with operation_aborted once
+// the QP is gone (the QP tells the dispatcher).
 awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_state& st, std::uint32_t clients,
                          cm::connection_options const& connection_options) {
     while (st.accepted < clients) {
@@ -127,7 +127,6 @@ awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_sta
         std::uint32_t const qpn = c->qp().qp_num();
         auto& owned = st.connections[qpn] = std::make_unique<connection>(std::move(*c));
         owned->on_end([&s, &st, qpn](cm::connection_state) {
-            if (auto* qp = st.by_qpn[qpn]) s.d.forget(*qp);
             st.by_qpn.erase(qpn);
             st.connections.erase(qpn);
         });

@@ -226,7 +226,7 @@ public:
     completion_queue(completion_queue&& other) noexcept
         : ctx_(other.ctx_), own_channel_(std::move(other.own_channel_)), cq_(std::move(other.cq_)),
           unacked_(std::exchange(other.unacked_, 0U)), ledger_(std::move(other.ledger_)),
-          anchor_(std::move(other.anchor_), this) {}
+          watch_(std::move(other.watch_)), anchor_(std::move(other.anchor_), this) {}
     /// Destroys the CQ held as the destructor does, then takes over
     /// `other`'s; self-move is a no-op.
     completion_queue& operator=(completion_queue&& other) noexcept {
@@ -237,6 +237,7 @@ public:
             cq_ = std::move(other.cq_);
             unacked_ = std::exchange(other.unacked_, 0U);
             ledger_ = std::move(other.ledger_);
+            watch_ = std::move(other.watch_);
             anchor_.take(std::move(other.anchor_), this);
         }
         return *this;
@@ -376,6 +377,8 @@ public:
     }
     // The stable cell through which the objects that use this CQ find it.
     [[nodiscard]] detail::link<completion_queue> anchor_cell() const noexcept { return anchor_.cell(); }
+    // Who is told before the CQ is destroyed (the Asio dispatcher that serves it).
+    [[nodiscard]] detail::destruction_watch& destruction_watch() noexcept { return watch_; }
     /// @endcond
 
 protected:
@@ -436,6 +439,7 @@ private:
     static std::chrono::steady_clock::time_point steady_now() noexcept { return std::chrono::steady_clock::now(); }
 
     void destroy() noexcept {
+        if (cq_) watch_.fire(cq_.get());
         if (cq_ && unacked_ != 0) ::ibv_ack_cq_events(cq_.get(), unacked_);
         unacked_ = 0;
         cq_.reset(); // before the channel: ibv_destroy_comp_channel(3) fails with EBUSY while a CQ uses it
@@ -518,6 +522,7 @@ private:
     unsigned unacked_ = 0;
     struct untracked {};
     [[no_unique_address]] std::conditional_t<tracked, std::shared_ptr<detail::cq_ledger>, untracked> ledger_{};
+    detail::destruction_watch watch_; // told before the CQ goes
     detail::anchor<completion_queue> anchor_;
 };
 

@@ -98,12 +98,55 @@ public:
     }
     /// A link to the owner for a child. Empty in a moved-from owner.
     [[nodiscard]] link<T> cell() const noexcept { return link<T>{cell_}; }
+    /// The cell's address, as `link::erased()` gives it, without taking a reference: to compare.
+    [[nodiscard]] void const* identity() const noexcept { return cell_.get(); }
 
 private:
     void repoint(T* self) noexcept {
         if (cell_) *cell_ = self;
     }
     std::shared_ptr<T*> cell_;
+};
+
+/// Who is told that an object (a queue pair, a CQ) is about to be destroyed, or replaced by a
+/// move assignment: one watcher (the Asio dispatcher whose operations use it), reached through
+/// the watcher's own cell, so that a watcher destroyed first is not called. Empty in a moved-from
+/// object. Thread-safety: the object's.
+class destruction_watch {
+public:
+    /// What the watcher is told: its cell (as `link::erased()` gave it) and the object's handle.
+    using notify_fn = void (*)(void const* watcher_cell, void* handle) noexcept;
+
+    destruction_watch() noexcept = default;
+    destruction_watch(destruction_watch&& other) noexcept
+        : cell_(std::move(other.cell_)), notify_(std::exchange(other.notify_, nullptr)) {}
+    destruction_watch& operator=(destruction_watch&& other) noexcept {
+        cell_ = std::move(other.cell_);
+        notify_ = std::exchange(other.notify_, nullptr);
+        return *this;
+    }
+    destruction_watch(destruction_watch const&) = delete;
+    destruction_watch& operator=(destruction_watch const&) = delete;
+
+    /// Makes `cell`'s owner the watcher, told through `notify` (the one before is forgotten).
+    void set(std::shared_ptr<void const> cell, notify_fn notify) noexcept {
+        cell_ = std::move(cell);
+        notify_ = notify;
+    }
+    /// The watcher's cell, or null.
+    [[nodiscard]] void const* watcher() const noexcept { return cell_.get(); }
+    /// How the watcher is told, or null.
+    [[nodiscard]] notify_fn notifier() const noexcept { return notify_; }
+    /// Tells the watcher, once, that the object with `handle` goes now; forgets it.
+    void fire(void* handle) noexcept {
+        if (notify_ == nullptr) return;
+        auto const cell = std::move(cell_);
+        std::exchange(notify_, nullptr)(cell.get(), handle);
+    }
+
+private:
+    std::shared_ptr<void const> cell_;
+    notify_fn notify_ = nullptr;
 };
 
 } // namespace detail

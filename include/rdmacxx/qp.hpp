@@ -10,6 +10,7 @@
 #include "rdmacxx/endpoint.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/gid.hpp"
+#include "rdmacxx/ownership.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"
 #include "rdmacxx/qp_options.hpp"
@@ -302,12 +303,13 @@ public:
         : pd_(std::move(other.pd_)), tracking_(std::move(other.tracking_)), qp_(std::move(other.qp_)),
           qpx_(std::exchange(other.qpx_, {})), caps_(other.caps_), psn_(other.psn_),
           path_mtu_bytes_(other.path_mtu_bytes_), atomics_(other.atomics_), window_ops_(other.window_ops_),
-          anchor_(std::move(other.anchor_), this) {}
+          watch_(std::move(other.watch_)), anchor_(std::move(other.anchor_), this) {}
     /// Takes `other`'s QP; a `checked` QP first retires its own work in flight as the destructor
     /// does. The objects that used the QP held are orphaned (`orphaned_error`); those of `other`'s
     /// follow it here.
     queue_pair& operator=(queue_pair&& other) noexcept {
         if (this != &other) {
+            if (qp_) watch_.fire(qp_.get());
             retire_in_flight(true);
             qp_.reset(); // the QP held goes before the ledger that accounts for it
             pd_ = other.pd_;
@@ -319,6 +321,7 @@ public:
             path_mtu_bytes_ = other.path_mtu_bytes_;
             atomics_ = other.atomics_;
             window_ops_ = other.window_ops_;
+            watch_ = std::move(other.watch_);
             anchor_.take(std::move(other.anchor_), this);
         }
         return *this;
@@ -327,8 +330,12 @@ public:
     /// ERR and its completions drained from its CQs (up to `drain_timeout`), so that no buffer is
     /// written afterwards; when send requests were in flight, or some did not complete in time,
     /// an `in_flight_error` goes to the handler (see `set_in_flight_handler`). Destroy a checked
-    /// QP on the thread that polls its CQs.
-    ~queue_pair() { retire_in_flight(true); }
+    /// QP on the thread that polls its CQs. The Asio dispatcher that routes its operations is
+    /// told first (their handlers run once the QP is gone: rdmacxx/asio/dispatcher.hpp).
+    ~queue_pair() {
+        if (qp_) watch_.fire(qp_.get());
+        retire_in_flight(true);
+    }
 
     /// Send-queue requests posted and not yet completed (`checked` QPs): a request is complete
     /// once its completion, or that of a later send, has been polled. Thread-safety: may be
@@ -517,6 +524,8 @@ public:
     /// @cond
     // The stable cell through which the objects that use this QP find it.
     [[nodiscard]] detail::link<queue_pair> anchor_cell() const noexcept { return anchor_.cell(); }
+    // Who is told before the QP is destroyed (the Asio dispatcher that routes its operations).
+    [[nodiscard]] detail::destruction_watch& destruction_watch() noexcept { return watch_; }
     /// @endcond
     /// The verbs handle.
     [[nodiscard]] ibv_qp* native_handle() const noexcept { return qp_.get(); }
@@ -590,6 +599,7 @@ private:
     std::uint32_t path_mtu_bytes_ = 0;
     bool atomics_ = true;
     bool window_ops_ = true;            // false: an extended QP whose device refused the memory-window operations
+    detail::destruction_watch watch_;   // told before the QP goes
     detail::anchor<queue_pair> anchor_; // after qp_: the QP is destroyed when it throws
 };
 

@@ -127,9 +127,15 @@ enum class cq_mode {
 /// after it was freed. The dispatcher may itself move, also with operations pending: its
 /// handlers, sweeps and cancellation slots find it through its own cell. Destroying it
 /// destroys the handlers of pending operations without calling them (a cancellation emitted
-/// afterwards does nothing); move-assigning to it does the same to the operations it had. A QP
-/// whose operations it routes is `forget`-ed before it is destroyed (its operations would stay
-/// pending), a CQ is `remove`-d before it is destroyed while the dispatcher lives.
+/// afterwards does nothing); move-assigning to it does the same to the operations it had.
+/// Nothing needs to be told to it before an object goes: a QP whose operations it routes tells
+/// it when it is destroyed (or replaced by a move assignment), and each of that QP's pending
+/// operations, cancelled ones included, then completes with `asio::error::operation_aborted`,
+/// posted: its handler runs after the QP is gone, when the device no longer touches its memory
+/// (a completion of it not reaped by then is dropped). A CQ it serves tells it when it is
+/// destroyed: it is served no more, as after `remove`. An operation on a QP whose CQ it does not
+/// route (not added, or a batch CQ) is refused when it starts (`argument_error`, EINVAL), as is
+/// one on a QP whose operations another live dispatcher routes.
 /// @see ibv_get_cq_event(3), ibv_req_notify_cq(3), ibv_ack_cq_events(3)
 class completion_dispatcher final {
 public:
@@ -198,6 +204,7 @@ public:
             rdmacxx::detail::throw_argument("the CQ was added to this completion dispatcher already");
         cq.arm(); // first: a CQ that cannot be armed is not added
         cqs_.push_back(cq_entry::of(cq, mode == cq_mode::batch));
+        cq.destruction_watch().set(anchor_.cell().erased(), &on_cq_destroyed);
     }
 
     /// Stops serving `cq` (added with `add`), so that it can be destroyed or added elsewhere.
@@ -223,36 +230,51 @@ public:
                         "the routed CQ removed from a completion dispatcher still has operations whose "
                         "completion arrives on it (let them complete, or forget(qp) their QPs, first)");
         }
-        std::uint32_t const waiter = e->waiter;
-        cqs_.erase(cqs_.begin() + (e - cqs_.data()));
-        if (waiter != npos) complete(waiter, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
-        stop_reading_when_idle();
+        if (cq.destruction_watch().watcher() == anchor_.identity()) cq.destruction_watch().set({}, nullptr);
+        drop_cq(native);
     }
 
-    /// Drops every operation posted to `qp` (`async_post`, `async_recv` on the QP), for a QP
-    /// about to be destroyed: each pending one, cancelled ones included, completes with
-    /// `asio::error::operation_aborted` at once (posted), and their slots are free again. A completion of their
-    /// requests that still arrives (e.g. flushed when the QP went to ERR) names a slot generation that no longer
-    /// exists: it is dropped and counted in `stray()`, never routed to another operation. The requests stay on the
-    /// device until the QP is destroyed or they complete, and so must their memory: call it, then destroy the QP, then
-    /// free the memory. Receives posted to an SRQ are not the QP's and are kept. Without it, a destroyed QP's
-    /// operations would stay pending for ever (and keep `io_context::run` from returning). Returns how many operations
-    /// it dropped. Thread-safety: on the executor only.
+    /// Drops every operation posted to `qp` (`async_post`, `async_recv` on the QP) now: each
+    /// pending one, cancelled ones included, completes with `asio::error::operation_aborted`
+    /// (posted), and their slots are free again. Not needed before destroying the QP, which does
+    /// the same by itself (see the class); for a QP that is handed to other code. A completion
+    /// of their requests that still arrives names a slot generation that no longer exists: it is
+    /// dropped and counted in `stray()`, never routed to another operation. The requests stay on
+    /// the device until the QP is destroyed or they complete, and so must their memory. Receives
+    /// posted to an SRQ are not the QP's and are kept. Returns how many operations it dropped.
+    /// Thread-safety: on the executor only.
     template <transport Transport, completion_strategy Completion, post_policy Post>
-    std::size_t forget(queue_pair<Transport, Completion, Post> const& qp) {
+    std::size_t forget(queue_pair<Transport, Completion, Post>& qp) {
         auto const inside = thread_.enter(who);
         ibv_qp* const native = qp.native_handle();
         if (native == nullptr) return 0;
-        std::size_t n = 0;
-        for (std::uint32_t i = 0; i < slots_.size(); ++i) {
-            detail::op_slot const& s = slots_[i];
-            if (s.qp != native || s.st == detail::op_slot::state::free) continue;
-            ++n;
-            complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
-        }
-        stop_reading_when_idle();
-        return n;
+        if (qp.destruction_watch().watcher() == anchor_.identity()) qp.destruction_watch().set({}, nullptr);
+        return drop_qp(native);
     }
+
+    /// @cond
+    // An operation posted to `qp`'s send queue (`send`) or receive queue: the CQ its completion
+    // arrives on must be routed here (else it would never complete), and the dispatcher is the
+    // one told when the QP goes. Refuses (argument_error) a CQ not added, a batch CQ, and a QP
+    // whose operations another live dispatcher routes.
+    template <class QP>
+    void route_from(QP& qp, ibv_cq* cq) {
+        cq_entry const* const e = find(cq);
+        if (e == nullptr || e->batch) [[unlikely]]
+            rdmacxx::detail::throw_argument(
+                e == nullptr ? "the QP's CQ is not served by this completion dispatcher (add it first): the "
+                               "operation could never complete"
+                             : "the QP's CQ is a batch CQ of this completion dispatcher (cq_mode::batch): the "
+                               "operation could never complete");
+        rdmacxx::detail::destruction_watch& w = qp.destruction_watch();
+        if (w.watcher() == anchor_.identity()) [[likely]]
+            return;
+        if (w.notifier() == &on_qp_destroyed && rdmacxx::detail::link<completion_dispatcher>::follow(w.watcher()))
+            [[unlikely]]
+            rdmacxx::detail::throw_argument("the QP's operations are routed by another completion dispatcher");
+        w.set(anchor_.cell().erased(), &on_qp_destroyed);
+    }
+    /// @endcond
 
     /// The executor.
     [[nodiscard]] executor_type get_executor() const noexcept { return ex_; }
@@ -462,6 +484,52 @@ private:
             d->abort(index, generation);
         }
     };
+
+    // A QP whose operations it routes goes (its destructor, before ibv_destroy_qp(3)): they
+    // complete with operation_aborted, posted, so that their handlers run once it is gone.
+    // Destroying the QP on another thread while one is inside the dispatcher is refused by the
+    // thread rule: thread_error, which ends the process here (a destructor's noexcept).
+    static void on_qp_destroyed(void const* cell, void* qp) noexcept {
+        if (completion_dispatcher* const d = rdmacxx::detail::link<completion_dispatcher>::follow(cell)) {
+            auto const inside = d->thread_.enter(who);
+            (void)d->drop_qp(static_cast<ibv_qp*>(qp));
+        }
+    }
+    // A CQ it serves goes: it is served no more (as `remove`), and what waits on it is aborted.
+    static void on_cq_destroyed(void const* cell, void* cq) noexcept {
+        if (completion_dispatcher* const d = rdmacxx::detail::link<completion_dispatcher>::follow(cell)) {
+            auto const inside = d->thread_.enter(who);
+            d->drop_cq(static_cast<ibv_cq*>(cq));
+        }
+    }
+    // Completes every operation posted to `qp` with operation_aborted (posted); how many.
+    std::size_t drop_qp(ibv_qp* qp) noexcept {
+        std::size_t n = 0;
+        for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+            detail::op_slot const& s = slots_[i];
+            if (s.qp != qp || s.st == detail::op_slot::state::free) continue;
+            ++n;
+            complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
+        }
+        stop_reading_when_idle();
+        return n;
+    }
+    // Serves `cq` no more: its batch wait, and the routed operations whose completion would
+    // arrive on it (their QP outlived its CQ: the device kept the CQ), complete with
+    // operation_aborted (posted).
+    void drop_cq(ibv_cq* cq) noexcept {
+        cq_entry* const e = find(cq);
+        if (e == nullptr) return;
+        std::uint32_t const waiter = e->waiter;
+        bool const batch = e->batch;
+        cqs_.erase(cqs_.begin() + (e - cqs_.data()));
+        if (waiter != npos) complete(waiter, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
+        if (!batch)
+            for (std::uint32_t i = 0; i < slots_.size(); ++i)
+                if (slots_[i].st != detail::op_slot::state::free && !slots_[i].batch && slots_[i].cq == cq)
+                    complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
+        stop_reading_when_idle();
+    }
 
     // The channel, wherever it has moved to.
     completion_channel& channel() const { return channel_.get("completion dispatcher", "completion channel"); }

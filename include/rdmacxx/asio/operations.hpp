@@ -49,7 +49,8 @@ void post_tagged(QP& qp, std::uint64_t tag, std::tuple<Wrs...> const& wrs, std::
 }
 
 // Takes a slot for `handler` and runs `post(tag)`; a refused post completes the operation with
-// the refusal (argument_error or wr_error, nothing of it in flight); no free slot completes it
+// the refusal (argument_error or wr_error, nothing of it in flight: `post` refuses a QP whose CQ
+// is not routed by the dispatcher, completion_dispatcher::route_from); no free slot completes it
 // with ENOBUFS. `post` throws rdmacxx::error only. `qp` (null for an SRQ) and `cq` (null when
 // not known) name where the operation goes (completion_dispatcher::forget, remove).
 template <class Completer, class Handler, class Post>
@@ -81,9 +82,11 @@ public:
     template <class Handler, class... Wrs>
     void operator()(Handler handler, chain<Wrs...> const& c) const {
         ibv_qp* const native = qp_->native_handle();
-        start<completer<false>>(
-            *d_, handler, native, native != nullptr ? native->send_cq : nullptr,
-            [&](std::uint64_t tag) { post_tagged(*qp_, tag, c.wrs, std::index_sequence_for<Wrs...>{}); });
+        start<completer<false>>(*d_, handler, native, native != nullptr ? native->send_cq : nullptr,
+                                [&](std::uint64_t tag) {
+                                    if (native != nullptr) d_->route_from(*qp_, native->send_cq);
+                                    post_tagged(*qp_, tag, c.wrs, std::index_sequence_for<Wrs...>{});
+                                });
     }
 
 private:
@@ -108,6 +111,8 @@ public:
             cq = qp != nullptr ? qp->recv_cq : nullptr;
         }
         start<completer<false>>(*d_, handler, qp, cq, [&](std::uint64_t tag) {
+            if constexpr (!std::is_same_v<Target, shared_receive_queue>)
+                if (qp != nullptr) d_->route_from(*target_, cq);
             Recv copy = r;
             target_->post_recv(copy.id(tag));
         });
