@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
+#include <vector>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -71,6 +73,56 @@ private:
     static void note_cq(void const* cq) {
         entry_cq<C>(cq).note_event();
     }
+};
+
+/// The CQs a dispatcher serves, in the order they were added, and where the next poll of the
+/// routed ones starts (round robin, so that a busy CQ does not starve the others).
+/// Thread-safety: the dispatcher's.
+class cq_set {
+public:
+    /// The entry of `native`, or null.
+    [[nodiscard]] cq_entry* find(ibv_cq* native) noexcept {
+        for (auto& e : entries_)
+            if (e.native == native) return &e;
+        return nullptr;
+    }
+    /// Serves `e` too. @throws std::bad_alloc
+    void add(cq_entry e) { entries_.push_back(std::move(e)); }
+    /// Serves `*e` (from `find`) no more.
+    void erase(cq_entry* e) noexcept {
+        entries_.erase(entries_.begin() + (e - entries_.data()));
+        next_ = 0;
+    }
+    [[nodiscard]] cq_entry* begin() noexcept { return entries_.data(); }
+    [[nodiscard]] cq_entry* end() noexcept { return entries_.data() + entries_.size(); }
+
+    /// Polls the routed CQs into `out`, round robin from where the last poll left off; when all
+    /// are empty and `arm`, arms those not armed and polls each once more (a completion that
+    /// lands between the last poll and the arm is not missed). How many it took.
+    /// @throws what a CQ's poll or arm throws (orphaned_error, sys_error)
+    std::size_t poll_routed(std::span<work_completion> out, bool arm) {
+        std::size_t const count = entries_.size();
+        for (int pass = 0; pass < (arm ? 2 : 1); ++pass) {
+            for (std::size_t k = 0; k < count; ++k) {
+                cq_entry& e = entries_[(next_ + k) % count];
+                if (e.batch) continue;
+                if (pass == 1) {
+                    if (e.armed) continue;
+                    e.arm(e.cq.get());
+                    e.armed = true;
+                }
+                if (std::size_t const n = e.poll(e.cq.get(), out); n != 0) {
+                    next_ = (next_ + k + 1) % count;
+                    return n;
+                }
+            }
+        }
+        return 0;
+    }
+
+private:
+    std::vector<cq_entry> entries_;
+    std::size_t next_ = 0; // the routed CQ the next poll starts with
 };
 
 } // namespace io::detail

@@ -7,9 +7,12 @@
 
 #include "rdmacxx/asio/cq_entry.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
+#include "rdmacxx/asio/dispatcher_options.hpp"
 #include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/op_slot.hpp"
+#include "rdmacxx/asio/pool_routes.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
+#include "rdmacxx/asio/slot_pool.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/error.hpp"
@@ -39,39 +42,6 @@ inline namespace v0 {
 /// asynchronous operations, for callbacks, `asio::use_future`, `asio::experimental::deferred`
 /// and C++20 coroutines (`asio::use_awaitable`). Standalone Asio 1.22 or later.
 namespace io {
-
-class receive_pool_base;
-
-/// What a terminal cancellation of a posted operation (`async_post`, `async_recv` on a QP) does
-/// on the device. Either way its handler runs only once the request's completion has been
-/// reaped: when it runs, the request's memory is the caller's again.
-enum class cancel_mode {
-    /// The operation's QP is moved to ERR: its requests complete flushed, at once, and the
-    /// cancelled one completes with `asio::error::operation_aborted` (or with what it completed
-    /// with before the flush). The QP's other operations complete with IBV_WC_WR_FLUSH_ERR: a
-    /// cancellation ends the QP. The default: a cancellation takes effect within microseconds.
-    qp_to_error,
-    /// Nothing is done on the device: the handler runs when the request completes by itself,
-    /// with its own outcome (a message that arrived, a WRITE that was done). A send-queue request
-    /// completes within the time its QP's retry settings imply; a receive only when a message
-    /// arrives or its QP goes to ERR.
-    wait,
-};
-
-/// Settings of a `completion_dispatcher`.
-struct dispatcher_options {
-    /// Operation slots in its pool: operations in flight at most, cancelled ones whose
-    /// completion has not been reaped yet included. Allocated once, at construction.
-    std::uint32_t max_operations = 1024;
-    /// What cancelling a posted operation does (see `cancel_mode`).
-    cancel_mode cancel = cancel_mode::qp_to_error;
-};
-
-/// How a CQ added to a `completion_dispatcher` is served.
-enum class cq_mode {
-    routed, ///< every completion goes to the operation whose slot its `wr_id` names (`async_post`, `async_recv`)
-    batch,  ///< completions are handed out in batches to `async_wait(dispatcher, cq, out, token)`
-};
 
 /// Routes completions to Asio operations: owns a duplicate of a completion channel's descriptor
 /// in an `asio::posix::stream_descriptor` on the executor it is given, and a fixed pool of
@@ -146,15 +116,12 @@ public:
     /// @throws argument_error when `max_operations` is 0 or over 2^31; sys_error when dup(2) or
     ///         fcntl(2) fails.
     completion_dispatcher(executor_type ex, completion_channel& channel, dispatcher_options const& opt = {})
-        : ex_(std::move(ex)), channel_(channel.anchor_cell()), descriptor_(ex_), slots_(check_size(opt.max_operations)),
+        : ex_(std::move(ex)), channel_(channel.anchor_cell()), descriptor_(ex_), slots_(opt.max_operations),
           anchor_(this),
           pool_(std::make_shared<detail::post_pool>(slots_.size() + 4, &net::query(ex_, net::execution::context))),
           cancel_(opt.cancel) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
-        for (std::uint32_t i = 0; i < slots_.size(); ++i)
-            slots_[i].next_free = i + 1;
-        free_ = 0;
     }
     completion_dispatcher(completion_dispatcher const&) = delete;
     completion_dispatcher& operator=(completion_dispatcher const&) = delete;
@@ -163,12 +130,10 @@ public:
     completion_dispatcher(completion_dispatcher&& other) noexcept
         : ex_(std::move(other.ex_)), channel_(std::move(other.channel_)), descriptor_(std::move(other.descriptor_)),
           slots_(std::move(other.slots_)), cqs_(std::move(other.cqs_)), anchor_(std::move(other.anchor_), this),
-          pool_(std::move(other.pool_)), free_(other.free_), pending_(std::exchange(other.pending_, 0U)),
-          cancelled_(std::exchange(other.cancelled_, 0U)), stray_(other.stray_), cancel_(other.cancel_),
-          pools_(std::move(other.pools_)), reading_(std::exchange(other.reading_, false)),
-          sweep_queued_(std::exchange(other.sweep_queued_, false)), thread_(std::move(other.thread_)),
-          backlog_(other.backlog_), backlog_at_(std::exchange(other.backlog_at_, 0U)),
-          backlog_end_(std::exchange(other.backlog_end_, 0U)), poll_next_(other.poll_next_) {}
+          pool_(std::move(other.pool_)), stray_(other.stray_), cancel_(other.cancel_), pools_(std::move(other.pools_)),
+          reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)),
+          thread_(std::move(other.thread_)), backlog_(other.backlog_),
+          backlog_at_(std::exchange(other.backlog_at_, 0U)), backlog_end_(std::exchange(other.backlog_end_, 0U)) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
     /// no-op.
@@ -182,7 +147,8 @@ public:
     /// Destroys pending handlers without calling them and closes its descriptor (not the channel).
     ~completion_dispatcher() {
         anchor_.orphan();
-        for (auto& s : slots_) {
+        for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+            detail::op_slot& s = slots_[i];
             if (s.cancel.is_connected()) s.cancel.clear();
             if (s.invoke != nullptr) s.invoke(s, nullptr, false, pool_);
         }
@@ -203,7 +169,7 @@ public:
         if (find(cq.native_handle()) != nullptr) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ was added to this completion dispatcher already");
         cq.arm(); // first: a CQ that cannot be armed is not added
-        cqs_.push_back(cq_entry::of(cq, mode == cq_mode::batch));
+        cqs_.add(cq_entry::of(cq, mode == cq_mode::batch));
         cq.destruction_watch().set(anchor_.cell().erased(), &on_cq_destroyed);
     }
 
@@ -223,8 +189,8 @@ public:
         if (e == nullptr) [[unlikely]]
             rdmacxx::detail::throw_argument("the CQ removed from a completion dispatcher was not added to it");
         if (!e->batch) {
-            for (auto const& s : slots_)
-                if (s.st != detail::op_slot::state::free && !s.batch && (s.cq == native || s.cq == nullptr))
+            for (std::uint32_t i = 0; i < slots_.size(); ++i)
+                if (slots_.taken(i) && !slots_[i].batch && (slots_[i].cq == native || slots_[i].cq == nullptr))
                     [[unlikely]]
                     rdmacxx::detail::throw_argument(
                         "the routed CQ removed from a completion dispatcher still has operations whose "
@@ -279,10 +245,10 @@ public:
     /// The executor.
     [[nodiscard]] executor_type get_executor() const noexcept { return ex_; }
     /// Operations pending: waiting for their completion, cancelled ones included.
-    [[nodiscard]] std::size_t in_flight() const noexcept { return pending_; }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return slots_.pending(); }
     /// Cancelled operations whose completion has not been reaped yet: their handlers have not
     /// run, their memory is still the device's.
-    [[nodiscard]] std::size_t cancelled() const noexcept { return cancelled_; }
+    [[nodiscard]] std::size_t cancelled() const noexcept { return slots_.cancelled(); }
     /// What cancelling a posted operation does.
     [[nodiscard]] cancel_mode cancellation() const noexcept { return cancel_; }
     /// Completions whose `wr_id` named no operation (not posted through the dispatcher, or the
@@ -292,7 +258,7 @@ public:
     [[nodiscard]] std::size_t capacity() const noexcept { return slots_.size(); }
 
     /// @cond
-    static constexpr std::uint32_t npos = ~std::uint32_t{0};
+    static constexpr std::uint32_t npos = detail::slot_pool::npos;
     // The bit of a wr_id's low half that marks a receive_pool's receive: the high half is the
     // pool's serial, the rest of the low half its slot. An operation's index is below 2^31.
     static constexpr std::uint64_t pool_tag_bit = std::uint64_t{1} << 31;
@@ -305,102 +271,43 @@ public:
     [[nodiscard]] detail::thread_rule::scope enter() { return thread_.enter(who); }
 
     // Routes the completions tagged with the returned serial to `deliver(pool, slot, wc)`
-    // (receive_pool).
-    // Serials are unique in the process: a CQ may move between dispatchers with a pool's
-    // receives still posted.
-    using pool_deliver_fn = bool (*)(receive_pool_base&, std::uint32_t, work_completion const&);
+    // (receive_pool; pool_routes.hpp).
+    using pool_deliver_fn = detail::pool_routes::deliver_fn;
     std::uint32_t add_receive_pool(rdmacxx::detail::link<receive_pool_base> pool, pool_deliver_fn deliver) {
-        static std::atomic<std::uint32_t> serials{0};
-        std::uint32_t serial = serials.fetch_add(1, std::memory_order_relaxed) + 1;
-        if (serial == 0) serial = serials.fetch_add(1, std::memory_order_relaxed) + 1;
-        pools_.push_back({serial, std::move(pool), deliver});
-        return serial;
+        return pools_.add(std::move(pool), deliver);
     }
-    void remove_receive_pool(std::uint32_t serial) noexcept {
-        for (std::size_t i = 0; i < pools_.size(); ++i)
-            if (pools_[i].serial == serial) {
-                pools_.erase(pools_.begin() + static_cast<std::ptrdiff_t>(i));
-                return;
-            }
-    }
+    void remove_receive_pool(std::uint32_t serial) noexcept { pools_.remove(serial); }
     // The cancellation slot of the operation in slot `index` (not connected: none).
     [[nodiscard]] net::cancellation_slot cancellation_slot_of(std::uint32_t index) const noexcept {
         return slots_[index].cancel;
     }
     // Whether `tag` (as `tag(index)` made it) names a pending operation.
-    [[nodiscard]] bool is_pending(std::uint64_t tag) const noexcept {
-        auto const index = static_cast<std::uint32_t>(tag & 0xffffffffU);
-        return index < slots_.size() && slots_[index].generation == static_cast<std::uint32_t>(tag >> 32) &&
-               slots_[index].st != detail::op_slot::state::free;
-    }
+    [[nodiscard]] bool is_pending(std::uint64_t tag) const noexcept { return slots_.names_taken(tag); }
     static_assert(npos == detail::cq_entry::no_waiter, "an entry with no waiter names no slot");
 
     // Takes a slot for `handler` (moved in), hooks its cancellation slot; npos when none is free
     // (the handler is left as it was). `qp` and `cq` name where it was posted and where its
-    // completion arrives (forget, remove). Exception-safe: when hooking the cancellation slot or
-    // storing the handler throws, no slot is taken and the cancellation slot is left empty.
+    // completion arrives (drop_qp, remove). Exception-safe (slot_pool::acquire).
     template <class Completer, class Handler>
     std::uint32_t acquire(Handler& handler, bool batch, ibv_qp* qp = nullptr, ibv_cq* cq = nullptr) {
         // The caller is inside the dispatcher already (enter(): every initiation holds it).
-        if (free_ == slots_.size()) [[unlikely]]
-            return npos;
-        std::uint32_t const index = free_;
-        detail::op_slot& s = slots_[index];
-        auto cs = net::get_associated_cancellation_slot(handler);
-        // First, while nothing is taken: it may allocate, and throw. A cancellation before the slot
-        // is pending finds it free and does nothing.
-        if (cs.is_connected()) cs.template emplace<canceller>(anchor_.cell(), index, s.generation);
-        using holder = detail::op_holder<Handler, executor_type>;
-        try {
-            if constexpr (sizeof(holder) <= detail::op_storage_bytes && alignof(holder) <= alignof(std::max_align_t)) {
-                ::new (static_cast<void*>(s.storage)) holder(std::move(handler), ex_);
-            } else {
-                using alloc_t =
-                    typename std::allocator_traits<net::associated_allocator_t<Handler>>::template rebind_alloc<holder>;
-                alloc_t alloc{net::get_associated_allocator(handler)};
-                holder* p = std::allocator_traits<alloc_t>::allocate(alloc, 1);
-                try {
-                    std::allocator_traits<alloc_t>::construct(alloc, p, std::move(handler), ex_);
-                } catch (...) {
-                    std::allocator_traits<alloc_t>::deallocate(alloc, p, 1);
-                    throw;
-                }
-                ::new (static_cast<void*>(s.storage)) holder*(p);
-            }
-        } catch (...) {
-            if (cs.is_connected()) cs.clear();
-            throw;
-        }
-        free_ = s.next_free;
-        s.invoke = &detail::invoke_slot<Handler, executor_type, Completer>;
-        s.st = detail::op_slot::state::pending;
-        s.batch = batch;
-        s.qp = qp;
-        s.cq = cq;
-        ++pending_;
-        if (cs.is_connected()) s.cancel = cs;
-        return index;
+        return slots_.acquire<Completer>(handler, ex_, batch, qp, cq,
+                                         [this](auto& cs, std::uint32_t index, std::uint32_t generation) {
+                                             cs.template emplace<canceller>(anchor_.cell(), index, generation);
+                                         });
     }
 
     // The wr_id that names slot `index` as it is now.
-    [[nodiscard]] std::uint64_t tag(std::uint32_t index) const noexcept {
-        return (std::uint64_t{slots_[index].generation} << 32) | index;
-    }
+    [[nodiscard]] std::uint64_t tag(std::uint32_t index) const noexcept { return slots_.tag(index); }
 
     // Completes the pending (or cancelled) operation of slot `index` with `r`, then frees the slot.
     void complete(std::uint32_t index, detail::op_result const& r, bool posted) {
-        detail::op_slot& s = slots_[index];
-        if (s.cancel.is_connected()) s.cancel.clear();
-        s.cancel = {};
-        if (s.st == detail::op_slot::state::cancelled) --cancelled_;
-        --pending_;
-        auto const invoke = s.invoke;
-        release(index); // free from here on: the handler is moved out of it next, before anything can take it
-        if (pending_ == 0) stop_reading_when_idle(); // whoever completed the last: run() may return
+        auto const invoke = slots_.release(index);           // free from here on: the handler is moved out of it next
+        if (slots_.pending() == 0) stop_reading_when_idle(); // whoever completed the last: run() may return
         // The handler is moved out and the slot's copy destroyed before it runs. Not posted, it runs
         // inline when its executor is running in this thread (net::dispatch): it may start the next
         // operation, destroy or move the dispatcher — nothing of the dispatcher is touched after.
-        invoke(s, &r, posted, pool_);
+        invoke(slots_[index], &r, posted, pool_);
     }
 
     // A pending operation whose work never reached the device: completed with `ec` (and the
@@ -449,7 +356,7 @@ public:
                                    auto const inside = d->thread_.enter(who);
                                    d->reading_ = false;
                                    if (ec == io::detail::operation_aborted()) { // nothing was pending
-                                       if (d->pending_ != 0) d->ensure_reading();
+                                       if (d->slots_.pending() != 0) d->ensure_reading();
                                        return;
                                    }
                                    d->on_readable(ec);
@@ -459,11 +366,7 @@ public:
 
     using cq_entry = detail::cq_entry;
     // The entry of `cq`, or null.
-    [[nodiscard]] cq_entry* find(ibv_cq* native) noexcept {
-        for (auto& e : cqs_)
-            if (e.native == native) return &e;
-        return nullptr;
-    }
+    [[nodiscard]] cq_entry* find(ibv_cq* native) noexcept { return cqs_.find(native); }
     /// @endcond
 
 private:
@@ -506,8 +409,7 @@ private:
     std::size_t drop_qp(ibv_qp* qp) noexcept {
         std::size_t n = 0;
         for (std::uint32_t i = 0; i < slots_.size(); ++i) {
-            detail::op_slot const& s = slots_[i];
-            if (s.qp != qp || s.st == detail::op_slot::state::free) continue;
+            if (slots_[i].qp != qp || !slots_.taken(i)) continue;
             ++n;
             complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
         }
@@ -522,34 +424,17 @@ private:
         if (e == nullptr) return;
         std::uint32_t const waiter = e->waiter;
         bool const batch = e->batch;
-        cqs_.erase(cqs_.begin() + (e - cqs_.data()));
+        cqs_.erase(e);
         if (waiter != npos) complete(waiter, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
         if (!batch)
             for (std::uint32_t i = 0; i < slots_.size(); ++i)
-                if (slots_[i].st != detail::op_slot::state::free && !slots_[i].batch && slots_[i].cq == cq)
+                if (slots_.taken(i) && !slots_[i].batch && slots_[i].cq == cq)
                     complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
         stop_reading_when_idle();
     }
 
     // The channel, wherever it has moved to.
     completion_channel& channel() const { return channel_.get("completion dispatcher", "completion channel"); }
-    static std::uint32_t check_size(std::uint32_t n) {
-        if (n == 0 || n > (1U << 31)) [[unlikely]]
-            rdmacxx::detail::throw_argument("a completion dispatcher holds 1 to 2^31 operations, not " +
-                                            std::to_string(n));
-        return n;
-    }
-
-    void release(std::uint32_t index) noexcept {
-        detail::op_slot& s = slots_[index];
-        s.st = detail::op_slot::state::free;
-        s.qp = nullptr;
-        s.cq = nullptr;
-        if (++s.generation == 0) s.generation = 1; // a tag never has generation 0
-        s.next_free = free_;
-        free_ = index;
-    }
-
     // Cancellation. A batch wait, with nothing on the device, completes with operation_aborted
     // now (posted). A routed operation keeps its handler until its completion is reaped (route):
     // with cancel_mode::qp_to_error its QP goes to ERR so that the completion comes flushed at once.
@@ -564,8 +449,7 @@ private:
             stop_reading_when_idle();
             return;
         }
-        s.st = detail::op_slot::state::cancelled;
-        ++cancelled_;
+        slots_.mark_cancelled(index);
         if (cancel_ == cancel_mode::qp_to_error && s.qp != nullptr) {
             // Any state may go to ERR; a QP that cannot (destroyed under us is a caller's bug, the
             // device gone) leaves the operation waiting for whatever ends it, as cancel_mode::wait.
@@ -576,7 +460,7 @@ private:
 
     // With nothing pending, the descriptor's wait goes, so that io_context::run can return.
     void stop_reading_when_idle() {
-        if (pending_ == 0 && reading_) {
+        if (slots_.pending() == 0 && reading_) {
             detail::net_error_code ignored;
             descriptor_.cancel(ignored);
         }
@@ -604,7 +488,7 @@ private:
             fail_all(err.code());
             return;
         }
-        if (pending_ != 0)
+        if (slots_.pending() != 0)
             sweep(anchor_.cell(), false); // last: the handlers it runs may destroy the dispatcher
         else
             stop_reading_when_idle();
@@ -655,7 +539,7 @@ private:
     // descriptor, or another sweep posted (`budget` spent).
     bool next(unsigned budget, std::uint32_t& index, detail::op_result& r) {
         for (;;) {
-            if (pending_ == 0) {
+            if (slots_.pending() == 0) {
                 // Nothing pending: what is polled already, and what the CQs hold, can only be
                 // receive pools' messages (taken now, into their pools, which complete nothing
                 // inline) or strays; nothing is armed.
@@ -699,27 +583,8 @@ private:
         }
     }
 
-    // Polls the routed CQs, round robin from where the last poll left off, into `backlog_`; when
-    // all are empty and `arm`, arms those not armed and polls each once more. How many it took.
-    std::size_t poll_routed(bool arm = true) {
-        std::size_t const count = cqs_.size();
-        for (int pass = 0; pass < (arm ? 2 : 1); ++pass) {
-            for (std::size_t k = 0; k < count; ++k) {
-                cq_entry& e = cqs_[(poll_next_ + k) % count];
-                if (e.batch) continue;
-                if (pass == 1) {
-                    if (e.armed) continue;
-                    e.arm(e.cq.get());
-                    e.armed = true;
-                }
-                if (std::size_t const n = e.poll(e.cq.get(), std::span{backlog_}); n != 0) {
-                    poll_next_ = (poll_next_ + k + 1) % count;
-                    return n;
-                }
-            }
-        }
-        return 0;
-    }
+    // Polls the routed CQs into `backlog_` (cq_set::poll_routed); how many it took.
+    std::size_t poll_routed(bool arm = true) { return cqs_.poll_routed(std::span{backlog_}, arm); }
 
     // Where completion `wc` goes: true with `index` and `r` set for a pending operation's; a
     // receive pool's goes to its pool, and one that names no pending operation is a stray.
@@ -727,11 +592,10 @@ private:
         auto const i = static_cast<std::uint32_t>(wc.wr_id() & 0xffffffffU);
         auto const generation = static_cast<std::uint32_t>(wc.wr_id() >> 32);
         if ((wc.wr_id() & pool_tag_bit) != 0) {
-            route_to_pool(generation, static_cast<std::uint32_t>(i & ~pool_tag_bit), wc);
+            if (!pools_.deliver(generation, static_cast<std::uint32_t>(i & ~pool_tag_bit), wc)) ++stray_;
             return false;
         }
-        if (i >= slots_.size() || slots_[i].generation != generation || slots_[i].st == detail::op_slot::state::free ||
-            slots_[i].batch) [[unlikely]] {
+        if (!slots_.routed(i, generation)) [[unlikely]] {
             ++stray_;
             return false;
         }
@@ -744,17 +608,6 @@ private:
         index = i;
         r = detail::op_result{ec, wc, 0};
         return true;
-    }
-
-    // A receive_pool's completion goes to its pool; a pool gone makes it a stray.
-    void route_to_pool(std::uint32_t serial, std::uint32_t slot, work_completion const& wc) {
-        for (pool_entry const& p : pools_)
-            if (p.serial == serial) {
-                receive_pool_base* pool = p.pool.get_if();
-                if (pool != nullptr && p.deliver(*pool, slot, wc)) return;
-                break;
-            }
-        ++stray_;
     }
 
     // An event of a batch CQ: the waiter (if any) takes what is there, arm-then-poll.
@@ -773,7 +626,7 @@ private:
     // The descriptor or the channel failed: every pending operation completes with `ec`.
     void fail_all(error_code ec) {
         for (std::uint32_t i = 0; i < slots_.size(); ++i) {
-            if (slots_[i].st != detail::op_slot::state::free) {
+            if (slots_.taken(i)) {
                 for (auto& e : cqs_)
                     if (e.waiter == i) e.waiter = npos;
                 complete(i, detail::op_result{ec, {}, 0}, true);
@@ -785,21 +638,13 @@ private:
     executor_type ex_;
     rdmacxx::detail::link<completion_channel> channel_; // the channel's cell: followed when it moves
     net::posix::stream_descriptor descriptor_;
-    std::vector<detail::op_slot> slots_;
-    std::vector<cq_entry> cqs_;
+    detail::slot_pool slots_;
+    detail::cq_set cqs_;
     rdmacxx::detail::anchor<completion_dispatcher> anchor_; // where its handlers find it; null once gone
     std::shared_ptr<detail::post_pool> pool_;               // the handlers it posts: one block per slot and its sweep
-    std::uint32_t free_ = 0;
-    std::size_t pending_ = 0;
-    std::size_t cancelled_ = 0;
     std::uint64_t stray_ = 0;
     cancel_mode cancel_ = cancel_mode::qp_to_error;
-    struct pool_entry {
-        std::uint32_t serial;
-        rdmacxx::detail::link<receive_pool_base> pool;
-        pool_deliver_fn deliver;
-    };
-    std::vector<pool_entry> pools_; // the receive pools it routes to
+    detail::pool_routes pools_; // the receive pools it routes to
     bool reading_ = false;
     bool sweep_queued_ = false;
     detail::thread_rule thread_; // who may use it now (thread_rule.hpp)
@@ -807,8 +652,7 @@ private:
     std::array<work_completion, 16> backlog_;
     std::uint32_t backlog_at_ = 0;
     std::uint32_t backlog_end_ = 0;
-    std::size_t poll_next_ = 0; // the routed CQ the next poll starts with (round robin)
-    bool sweeping_ = false;     // a sweep is running: an operation that starts needs no other
+    bool sweeping_ = false; // a sweep is running: an operation that starts needs no other
     // Handlers a sweep runs inline before it lets the io_context's other handlers run.
     static constexpr unsigned inline_budget = 64;
     static constexpr char const* who = "a completion dispatcher";
