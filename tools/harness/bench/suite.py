@@ -127,8 +127,9 @@ the two fixed iteration counts of its runs: the difference leaves the set-up out
 
 
 def syscall_command(asio, twin, row, iterations, out):
-    """bench-asio's row ROW of twin TWIN for exactly ITERATIONS iterations under strace -c -f."""
-    return (["strace", "-f", "-c", "-o", out, asio, f"--benchmark_filter=^asio/{twin}/{row}/",
+    """bench-asio's row ROW of twin TWIN for exactly ITERATIONS iterations under strace -c -f,
+    bounded by timeout(1) (600 s): in that mode the coroutine twin has no watchdog of its own."""
+    return (["timeout", "600", "strace", "-f", "-c", "-o", out, asio, f"--benchmark_filter=^asio/{twin}/{row}/",
              "--benchmark_repetitions=1"], {"RDMACXX_BENCH_ITERATIONS": str(iterations)})
 
 

@@ -212,7 +212,7 @@ class Syscalls(unittest.TestCase):
 
     def test_command_fixes_the_iterations(self):
         argv, extra = suite.syscall_command("/b/bench-asio", "coawait", "send_rtt", 1100, "/r/out.txt")
-        self.assertEqual(argv[:5], ["strace", "-f", "-c", "-o", "/r/out.txt"])
+        self.assertEqual(argv[:7], ["timeout", "600", "strace", "-f", "-c", "-o", "/r/out.txt"])
         self.assertIn("--benchmark_filter=^asio/coawait/send_rtt/", argv)
         self.assertEqual(extra, {"RDMACXX_BENCH_ITERATIONS": "1100"})
 
