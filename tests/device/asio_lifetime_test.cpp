@@ -11,6 +11,7 @@
 
 #include "rdmacxx/checked.hpp"
 
+#include <array>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -165,11 +166,11 @@ TEST_CASE("asio: a QP whose operations one dispatcher routes is refused by anoth
 TEST_CASE("asio: a CQ destroyed while served is served no more, and the others go on") {
     asio_pair<> p;
     test::buffer in(p.pd, 256), out(p.pd, 256);
+    std::array<rx::work_completion, 4> wcs; // outlive the wait's handler, which runs after the CQ is gone
+    int waits = 0;
     {
         rx::completion_queue<rx::event_driven> extra(p.ctx, 64, p.channel);
         p.d.add(extra, rxa::cq_mode::batch);
-        std::array<rx::work_completion, 4> wcs;
-        int waits = 0;
         rxa::async_wait(p.d, extra, std::span{wcs}, [&](std::error_code ec, std::size_t) {
             CHECK(test::aborted(ec));
             ++waits;
@@ -179,6 +180,7 @@ TEST_CASE("asio: a CQ destroyed while served is served no more, and the others g
     }
     CHECK(p.d.in_flight() == 0);
     run_bounded(p.io);
+    CHECK(waits == 1);
     {
         rx::completion_queue<rx::event_driven> extra(p.ctx, 64, p.channel);
         p.d.add(extra); // routed, polled by every sweep

@@ -104,7 +104,7 @@ def run_registration(opts, log=print):
 
 def run_suite(opts, log=print):
     """The twin suite: per pass each group in its own process, then bench-asio when built; then
-    the Asio twins' system calls (run_syscalls)."""
+    the Asio twins' system calls and instructions (run_counts)."""
     asio = os.path.join(opts.build, "benchmarks", "bench-asio")
     for npass in range(1, opts.passes + 1):
         groups = [g for g in SUITE_GROUPS if opts.has_group(g)]
@@ -117,13 +117,15 @@ def run_suite(opts, log=print):
             _run(group_command(opts, group, npass), os.path.join(opts.runs, f"suite-{group}-{npass}.txt"),
                  f"{group} pass {npass}", log)
     if opts.has_group("asio") and os.access(asio, os.X_OK):
-        run_syscalls(opts, asio, log)
+        run_counts(opts, asio, "syscalls", log)
+        run_counts(opts, asio, "instructions", log)
 
 
 SYSCALL_ROWS = (("send_rtt", "SEND round trip 8 B", "per round trip", 1, (100, 1100)),
                 ("send_rate_q64", "SEND rate 8 B, 64 in flight", "per message", 1024, (10, 60)))
-"""The Asio rows whose system calls are counted: (row, label, per what, operations per iteration,
-the two fixed iteration counts of its runs: the difference leaves the set-up out)."""
+"""The Asio rows whose system calls and instructions are counted: (row, label, per what,
+operations per iteration, the two fixed iteration counts of its runs: the difference leaves the
+set-up out)."""
 
 
 def syscall_command(asio, twin, row, iterations, out):
@@ -131,6 +133,14 @@ def syscall_command(asio, twin, row, iterations, out):
     bounded by timeout(1) (600 s): in that mode the coroutine twin has no watchdog of its own."""
     return (["timeout", "600", "strace", "-f", "-c", "-o", out, asio, f"--benchmark_filter=^asio/{twin}/{row}/",
              "--benchmark_repetitions=1"], {"RDMACXX_BENCH_ITERATIONS": str(iterations)})
+
+
+def instruction_command(asio, twin, row, iterations, out):
+    """The same run under callgrind (user-space instructions of the whole process, both sides of
+    the loopback pair), bounded by timeout(1) (1,200 s)."""
+    return (["timeout", "1200", "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", asio,
+             f"--benchmark_filter=^asio/{twin}/{row}/", "--benchmark_repetitions=1"],
+            {"RDMACXX_BENCH_ITERATIONS": str(iterations)})
 
 
 def strace_total(text):
@@ -145,33 +155,51 @@ def strace_total(text):
     return None
 
 
-def run_syscalls(opts, asio, log=print):
-    """System calls per operation of each Asio twin (co_await, plain, raw): each counted row run
-    twice under `strace -c -f` with its two fixed iteration counts; runs/syscalls.json holds
-    {row: {twin: calls per round trip or message}}. Skipped (and said) without strace."""
-    if shutil.which("strace") is None:
-        log("bench: no strace: the Asio twins' system calls are not counted (tools/setup --bench installs it)")
+def callgrind_total(text):
+    """The instructions of a callgrind output file's `summary:` (or `totals:`) line in TEXT, or None."""
+    for line in text.splitlines():
+        m = re.match(r"^(?:summary|totals):\s+(\d+)", line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+COUNTERS = {
+    "syscalls": ("strace", "system calls", "strace -c -f", syscall_command, strace_total),
+    "instructions": ("valgrind", "instructions", "callgrind", instruction_command, callgrind_total),
+}
+"""What run_counts counts: {kind: (the program it needs, what, how, command, parser of its output)};
+runs/KIND.json holds {row: {twin: count per round trip or message}}."""
+
+
+def run_counts(opts, asio, kind, log=print):
+    """KIND (syscalls, instructions) per operation of each Asio twin (co_await, plain, raw): each
+    counted row run twice with its two fixed iteration counts, the difference divided. Skipped
+    (and said) without the program it needs."""
+    program, what, how, command, parse = COUNTERS[kind]
+    if shutil.which(program) is None:
+        log(f"bench: no {program}: the Asio twins' {what} are not counted (tools/setup --bench installs it)")
         return
     result = {}
     for row, _label, _per, ops, counts in SYSCALL_ROWS:
         for twin in ("coawait", "plain", "raw"):
-            calls = []
+            totals = []
             for n in counts:
-                out = os.path.join(opts.runs, f"strace-{twin}-{row}-{n}.txt")
-                argv, extra = syscall_command(asio, twin, row, n, out)
-                log(f"bench: system calls of asio/{twin}/{row}, {n} iterations (strace -c -f)")
-                _run(argv, os.path.join(opts.runs, f"strace-{twin}-{row}-{n}.log"), f"strace of {twin} {row}", log,
+                out = os.path.join(opts.runs, f"{program}-{twin}-{row}-{n}.txt")
+                argv, extra = command(asio, twin, row, n, out)
+                log(f"bench: {what} of asio/{twin}/{row}, {n} iterations ({how})")
+                _run(argv, os.path.join(opts.runs, f"{program}-{twin}-{row}-{n}.log"), f"{how} of {twin} {row}", log,
                      env=dict(os.environ, **extra))
                 try:
                     with open(out) as f:
-                        calls.append(strace_total(f.read()))
+                        totals.append(parse(f.read()))
                 except OSError:
-                    calls.append(None)
+                    totals.append(None)
             per = None
-            if None not in calls:
-                per = (calls[1] - calls[0]) / ((counts[1] - counts[0]) * ops)
+            if None not in totals:
+                per = (totals[1] - totals[0]) / ((counts[1] - counts[0]) * ops)
             result.setdefault(row, {})[twin] = per
-    with open(os.path.join(opts.runs, "syscalls.json"), "w") as f:
+    with open(os.path.join(opts.runs, f"{kind}.json"), "w") as f:
         json.dump(result, f, indent=1)
 
 
@@ -342,10 +370,11 @@ def checked_rows(suite):
             for k in rate_keys(suite) if median(suite, "rdmacxx-checked", k, "msgs")]
 
 
-def syscall_rows(runs):
-    """The Asio twins' system calls per operation from RUNS/syscalls.json: [(label, per, {twin: calls})]."""
+def syscall_rows(runs, kind="syscalls"):
+    """The Asio twins' KIND (syscalls, instructions) per operation from RUNS/KIND.json:
+    [(label, per, {twin: count})]."""
     try:
-        with open(os.path.join(runs, "syscalls.json")) as f:
+        with open(os.path.join(runs, f"{kind}.json")) as f:
             counted = json.load(f)
     except (OSError, ValueError):
         return []

@@ -177,27 +177,33 @@ def suite_asio(asio_rows):
     return lines
 
 
-def suite_syscalls(rows):
-    """The Asio twins' system calls per operation (strace -c -f), from suite.syscall_rows()."""
+def suite_syscalls(rows, title="system calls per operation (strace -c -f", digits=fmt3):
+    """The Asio twins' counts per operation (system calls by default), from suite.syscall_rows()."""
     if not rows:
         return []
     hdr = f"{'row':<28} {'per':<15} {'co_await':>9} {'plain':>9} {'raw':>9} {'co_await/plain':>14}"
-    lines = ["", "## Asio: system calls per operation (strace -c -f over two fixed iteration counts, the "
-             "difference divided)", hdr, "-" * len(hdr)]
+    lines = ["", f"## Asio: {title} over two fixed iteration counts, the difference divided)", hdr,
+             "-" * len(hdr)]
     for label, per, v in rows:
         c, p, r = v.get("coawait"), v.get("plain"), v.get("raw")
-        lines.append(f"{label:<28} {per:<15} {fmt3(c):>9} {fmt3(p):>9} {fmt3(r):>9} "
+        lines.append(f"{label:<28} {per:<15} {digits(c):>9} {digits(p):>9} {digits(r):>9} "
                      f"{r3(suite.ratio(c, p)):>14}")
     return lines
 
 
-def suite_text(env, figures, syscalls=()):
+def _whole(v):
+    return "-" if v is None else f"{v:.0f}"
+
+
+def suite_text(env, figures, syscalls=(), instructions=()):
     """suite.txt's text (without its last newline) and suite.json's rows and Asio rows, from the
     medians of FIGURES (suite.collect())."""
     rows = suite.rows(figures)
     asio_rows = suite.asio_rows(figures)
     lines = (suite_main(rows) + suite_checked(suite.checked_rows(figures)) + suite_asio(asio_rows)
-             + suite_syscalls(syscalls))
+             + suite_syscalls(syscalls)
+             + suite_syscalls(instructions, "user-space instructions per operation (callgrind, the whole process",
+                              _whole))
     reg_errors = suite.reg_errors(figures)
     if suite.reg_keys(figures) or reg_errors:
         reg_ok = [r["size"] for r in rows if r["section"] == "registration" and r["rdmacxx"] and r["raw"]]
@@ -216,7 +222,9 @@ def suite_report(out, host_cpus=None, plot=True):
     """Print suite.txt of the run in OUT, write it, suite.json and (with PLOT) the plots."""
     env = envmod.for_tables(out, host_cpus=host_cpus)
     figures = suite.collect(os.path.join(out, "runs"))
-    text, rows, asio_rows = suite_text(env, figures, suite.syscall_rows(os.path.join(out, "runs")))
+    runs = os.path.join(out, "runs")
+    text, rows, asio_rows = suite_text(env, figures, suite.syscall_rows(runs),
+                                       suite.syscall_rows(runs, "instructions"))
     print(text)
     with open(os.path.join(out, "suite.txt"), "w") as f:
         f.write(text + "\n")

@@ -149,7 +149,10 @@ if first; then
   wait
 fi
 if second; then
-  has asan && meson test -C build-check-asan --no-rebuild --num-processes 1 --logbase device device \
+  # With Asio, the adapter's cancellation race and lifetime tests too (asio-race).
+  asan_tests=(device)
+  [ -x build-check-asan/tests/asio_race_tests ] && asan_tests+=(asio-race)
+  has asan && meson test -C build-check-asan --no-rebuild --num-processes 1 --logbase device "${asan_tests[@]}" \
     >"$logs/meson-device-asan.log" 2>&1
   # bench-asio once, smoke-sized (no figure is asserted): it exits non-zero when a row fails. It
   # is built by the release build only (when Meson finds Asio); missing there, it fails.

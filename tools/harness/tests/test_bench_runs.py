@@ -117,7 +117,7 @@ class SuiteCommands(unittest.TestCase):
                         f.write(f"100.00    0.001000           2       {calls}        12 total\n")
 
             with mock.patch.object(suite, "_run", fake_run), mock.patch.object(suite.shutil, "which", lambda _: "/s"):
-                suite.run_syscalls(o, "/b/bench-asio", log=lambda *_: None)
+                suite.run_counts(o, "/b/bench-asio", "syscalls", log=lambda *_: None)
             with open(os.path.join(o.runs, "syscalls.json")) as f:
                 counted = json.load(f)
         self.assertEqual(len(ran), 12)
@@ -127,6 +127,30 @@ class SuiteCommands(unittest.TestCase):
         self.assertEqual(ran[6], ("strace-coawait-send_rate_q64-10.log", "10"))
         self.assertAlmostEqual(counted["send_rate_q64"]["coawait"], 3.0 / 1024)
         self.assertIsNone(counted["send_rate_q64"]["raw"])
+
+    def test_instructions(self):
+        """With valgrind: the same runs under callgrind; runs/instructions.json from the
+        `summary:` lines of its output files."""
+        with tempfile.TemporaryDirectory() as out:
+            o = options("--build", out, "--out", out, "--groups", "asio")
+            os.makedirs(o.runs, exist_ok=True)
+            ran = []
+
+            def fake_run(argv, out_txt, what, log, env=None):
+                ran.append((os.path.basename(out_txt), argv[:3]))
+                n = int(env["RDMACXX_BENCH_ITERATIONS"])
+                target = next(a.split("=", 1)[1] for a in argv if a.startswith("--callgrind-out-file="))
+                with open(target, "w") as f:
+                    f.write(f"events: Ir\nsummary: {n * (5000 if 'coawait' in out_txt else 4000) + 123456}\n")
+
+            with mock.patch.object(suite, "_run", fake_run), mock.patch.object(suite.shutil, "which", lambda _: "/s"):
+                suite.run_counts(o, "/b/bench-asio", "instructions", log=lambda *_: None)
+            with open(os.path.join(o.runs, "instructions.json")) as f:
+                counted = json.load(f)
+        self.assertEqual(len(ran), 12)
+        self.assertEqual(ran[0], ("valgrind-coawait-send_rtt-100.log", ["timeout", "1200", "valgrind"]))
+        self.assertEqual(counted["send_rtt"], {"coawait": 5000.0, "plain": 4000.0, "raw": 4000.0})
+        self.assertAlmostEqual(counted["send_rate_q64"]["plain"], 4000.0 / 1024)
 
 
 class Environment(unittest.TestCase):
