@@ -15,7 +15,11 @@
 ///
 /// - rdmacxx/asio/net.hpp: which Asio (`io::net`), and `io::error_code`;
 /// - rdmacxx/asio/completion.hpp: the completion signature, `as_exception`, `default_token_t`;
-/// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations;
+/// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations
+///   (its settings in dispatcher_options.hpp; its slot pool, CQ set and receive pools' routes in
+///   slot_pool.hpp, cq_entry.hpp and pool_routes.hpp, internal);
+/// - rdmacxx/asio/service.hpp: `dispatcher_for`, the dispatcher of a channel owned by the
+///   io_context (`dispatcher_service`);
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
 /// - rdmacxx/asio/receive_pool.hpp: `receive_pool` (receives kept posted) and its
 ///   `async_receive`, a receive to bound by a timer;
@@ -39,4 +43,5 @@
 #include "rdmacxx/asio/operations.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
 #include "rdmacxx/asio/receive_pool.hpp"
+#include "rdmacxx/asio/service.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"

@@ -12,10 +12,12 @@
 #include "rdmacxx/checked.hpp"
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <type_traits>
 
@@ -206,6 +208,111 @@ TEST_CASE("asio: a dispatcher destroyed before the QPs it routes is not called b
     run_bounded(p.io);
     CHECK(calls == 0);
     CHECK(p.d.in_flight() == 0);
+}
+
+// In-flight errors reported by destructors, counted instead of ending the process.
+std::atomic<int> in_flight_reports{0};
+void count_in_flight(rx::in_flight_error const&) noexcept { ++in_flight_reports; }
+
+// A QP with a receive pending, its region and its dispatcher, destroyed in the order `order`
+// names (q: the QP, m: the region, d: the dispatcher); then the io_context runs out of work.
+// Every order runs to the end: the receive's handler runs once (aborted) after its QP is gone
+// when the dispatcher outlives the QP, and never when the dispatcher goes first. A `checked`
+// region destroyed before its QP reports the receive in flight (counted here; by default the
+// report ends the process): returns how many reports there were.
+template <class Completion>
+int tear_down(std::string const& order) {
+    rx::context ctx = test::open_test_device();
+    rx::end_port port(ctx);
+    rx::protection_domain pd(ctx);
+    rx::completion_channel channel(ctx);
+    rx::completion_queue<Completion> cq(ctx, 64, channel);
+    rx::queue_pair<rx::rc, Completion> a(pd, cq, cq, {.max_send_wr = 8, .max_recv_wr = 8});
+    auto q = std::make_unique<rx::queue_pair<rx::rc, Completion>>(
+        pd, cq, cq, rx::qp_capabilities{.max_send_wr = 8, .max_recv_wr = 8});
+    a.connect(port, q->local_endpoint(port), {.remote_access = rx::all_remote});
+    q->connect(port, a.local_endpoint(port), {.remote_access = rx::all_remote});
+    ::asio::io_context io;
+    auto d = std::make_unique<rxa::completion_dispatcher>(io.get_executor(), channel);
+    d->add(cq);
+    auto m = std::make_unique<test::buffer>(pd, 256);
+    int calls = 0;
+    rxa::async_recv(*d, *q, rx::recv{m->span()}, [&calls](std::error_code ec, rx::work_completion) {
+        CHECK(test::aborted(ec));
+        ++calls;
+    });
+    int const before = in_flight_reports.load();
+    bool dispatcher_first = false;
+    for (char c : order) {
+        if (c == 'q') q.reset();
+        if (c == 'm') m.reset();
+        if (c == 'd') {
+            dispatcher_first = q != nullptr;
+            d.reset();
+        }
+    }
+    run_bounded(io);
+    CHECK(calls == (dispatcher_first ? 0 : 1));
+    return in_flight_reports.load() - before;
+}
+
+TEST_CASE("asio: a QP with an operation pending, its region and its dispatcher go in any order") {
+    auto const previous = rx::set_in_flight_handler(&count_in_flight);
+    for (std::string order : {"qmd", "qdm", "mqd", "mdq", "dqm", "dmq"}) {
+        CAPTURE(order);
+        CHECK(tear_down<rx::event_driven>(order) == 0);
+        // checked: the region destroyed while the receive that names it is in flight is reported
+        // (the QP's own destruction drains it first in the others).
+        int const reports = tear_down<rx::checked<rx::event_driven>>(order);
+        CHECK(reports == (order.find('m') < order.find('q') ? 1 : 0));
+    }
+    (void)rx::set_in_flight_handler(previous);
+}
+
+TEST_CASE("asio: dispatcher_for: one dispatcher per channel, owned by the io_context") {
+    rx::context ctx = test::open_test_device();
+    rx::end_port port(ctx);
+    rx::protection_domain pd(ctx);
+    rx::completion_channel channel(ctx);
+    rx::completion_queue<rx::event_driven> cq(ctx, 64, channel);
+    rx::queue_pair<rx::rc, rx::event_driven> a(pd, cq, cq, {.max_send_wr = 8, .max_recv_wr = 8});
+    rx::queue_pair<rx::rc, rx::event_driven> b(pd, cq, cq, {.max_send_wr = 8, .max_recv_wr = 8});
+    a.connect(port, b.local_endpoint(port), {.remote_access = rx::all_remote});
+    b.connect(port, a.local_endpoint(port), {.remote_access = rx::all_remote});
+    test::buffer in(pd, 256), out(pd, 256);
+    int pending_calls = 0;
+    {
+        ::asio::io_context io;
+        auto& d = rxa::dispatcher_for(io.get_executor(), channel);
+        CHECK(&rxa::dispatcher_for(io.get_executor(), channel) == &d); // the same one
+        d.add(cq);
+        std::error_code recv_ec{1, std::generic_category()}, send_ec{1, std::generic_category()};
+        rxa::async_recv(d, b, rx::recv{in.span().first(64)},
+                        [&](std::error_code ec, rx::work_completion) { recv_ec = ec; });
+        rxa::async_post(d, a, rx::send{out.span().first(64)},
+                        [&](std::error_code ec, rx::work_completion) { send_ec = ec; });
+        run_bounded(io);
+        CHECK_FALSE(recv_ec);
+        CHECK_FALSE(send_ec);
+        auto& service = ::asio::use_service<rxa::dispatcher_service>(io);
+        {
+            rx::completion_channel other(ctx);
+            CHECK(&rxa::dispatcher_for(io.get_executor(), other) != &d);
+            CHECK(service.size() == 2);
+        }
+        CHECK(&rxa::dispatcher_for(io.get_executor(), channel) == &d); // the gone channel's is dropped
+        CHECK(service.size() == 1);
+        // Left pending: the io_context's destruction destroys the dispatcher and the handler.
+        rxa::async_recv(d, b, rx::recv{in.span().first(64)},
+                        [&pending_calls](std::error_code, rx::work_completion) { ++pending_calls; });
+    }
+    CHECK(pending_calls == 0);
+    // b's destruction (at the end of the scope) finds its dispatcher gone and tells nobody; a
+    // new io_context makes a new dispatcher for the same channel.
+    ::asio::io_context io2;
+    auto& d2 = rxa::dispatcher_for(io2.get_executor(), channel);
+    d2.add(cq);
+    CHECK(d2.in_flight() == 0);
 }
 
 } // namespace
