@@ -439,12 +439,13 @@ private:
     static std::chrono::steady_clock::time_point steady_now() noexcept { return std::chrono::steady_clock::now(); }
 
     void destroy() noexcept {
-        if (cq_) watch_.fire(cq_.get());
+        void* const held = cq_.get();
         if (cq_ && unacked_ != 0) ::ibv_ack_cq_events(cq_.get(), unacked_);
         unacked_ = 0;
         cq_.reset(); // before the channel: ibv_destroy_comp_channel(3) fails with EBUSY while a CQ uses it
         own_channel_.reset();
         ledger_ = {};
+        if (held != nullptr) watch_.fire(held); // once it is gone (its handle only a key)
     }
 
     // As sleep_for_event, giving up at `deadline`: false when it passed with no event.

@@ -309,9 +309,10 @@ public:
     /// follow it here.
     queue_pair& operator=(queue_pair&& other) noexcept {
         if (this != &other) {
-            if (qp_) watch_.fire(qp_.get());
+            void* const held = qp_.get();
             retire_in_flight(true);
-            qp_.reset(); // the QP held goes before the ledger that accounts for it
+            qp_.reset();                            // the QP held goes before the ledger that accounts for it
+            if (held != nullptr) watch_.fire(held); // once it is gone (its handle only a key)
             pd_ = other.pd_;
             qp_ = std::move(other.qp_);
             qpx_ = std::exchange(other.qpx_, {});
@@ -330,11 +331,14 @@ public:
     /// ERR and its completions drained from its CQs (up to `drain_timeout`), so that no buffer is
     /// written afterwards; when send requests were in flight, or some did not complete in time,
     /// an `in_flight_error` goes to the handler (see `set_in_flight_handler`). Destroy a checked
-    /// QP on the thread that polls its CQs. The Asio dispatcher that routes its operations is
-    /// told first (their handlers run once the QP is gone: rdmacxx/asio/dispatcher.hpp).
+    /// QP on the thread that polls its CQs. The Asio dispatcher that routed its operations is told
+    /// once the QP is gone (their handlers then run: rdmacxx/asio/dispatcher.hpp); destroy it on
+    /// that dispatcher's thread.
     ~queue_pair() {
-        if (qp_) watch_.fire(qp_.get());
+        void* const held = qp_.get();
         retire_in_flight(true);
+        qp_.reset();
+        if (held != nullptr) watch_.fire(held); // once it is gone: the device no longer touches its memory
     }
 
     /// Send-queue requests posted and not yet completed (`checked` QPs): a request is complete

@@ -141,7 +141,7 @@ TEST_CASE("asio: an operation whose CQ the dispatcher does not route is refused 
     CHECK(p.d.stray() == 0);
 }
 
-TEST_CASE("asio: a QP whose operations one dispatcher routes is refused by another") {
+TEST_CASE("asio: a QP with operations pending in one dispatcher is refused by another; with none, it moves over") {
     asio_pair<> p;
     test::buffer in(p.pd, 256);
     rx::completion_channel other_channel(p.ctx);
@@ -151,10 +151,12 @@ TEST_CASE("asio: a QP whose operations one dispatcher routes is refused by anoth
     rx::queue_pair<rx::rc, rx::event_driven> q(p.pd, p.cq_b, cq, {.max_send_wr = 16, .max_recv_wr = 16});
     q.connect(p.port, p.a.local_endpoint(p.port), {.remote_access = rx::all_remote});
     int calls = 0;
-    rxa::async_recv(other, q, rx::recv{in.span().first(64)}, [&](std::error_code ec, rx::work_completion) {
-        CHECK(test::aborted(ec));
-        ++calls;
-    });
+    ::asio::cancellation_signal signal;
+    rxa::async_recv(other, q, rx::recv{in.span().first(64)},
+                    ::asio::bind_cancellation_slot(signal.slot(), [&](std::error_code ec, rx::work_completion) {
+                        CHECK(test::aborted(ec));
+                        ++calls;
+                    }));
     // Its send CQ is p.d's, but its receives are routed by `other`: p.d refuses it.
     auto f = rxa::async_post(p.d, q, rx::write{in.span().first(8), in.mr.remote().first(8)},
                              rxa::as_exception(::asio::use_future));
@@ -163,6 +165,21 @@ TEST_CASE("asio: a QP whose operations one dispatcher routes is refused by anoth
     REQUIRE(f.wait_for(10s) == std::future_status::ready); // set on the promise executor
     CHECK_THROWS_AS(f.get(), rx::argument_error);
     CHECK(other.in_flight() == 1);
+    // Cancelled (q to ERR, its receive flushed and reaped): nothing of q is pending in `other`,
+    // and p.d takes q over. Its WRITE, on a QP in ERR, completes flushed, through p.d.
+    signal.emit(::asio::cancellation_type::terminal);
+    run_bounded(p.io);
+    CHECK(calls == 1);
+    CHECK(other.in_flight() == 0);
+    auto g = rxa::async_post(p.d, q, rx::write{in.span().first(8), in.mr.remote().first(8)}, ::asio::use_future);
+    run_bounded(p.io);
+    REQUIRE(g.wait_for(10s) == std::future_status::ready); // set on the promise executor
+    try {
+        (void)g.get();
+        FAIL("a WRITE on a QP in ERR completed successfully");
+    } catch (test::net_system_error const& e) {
+        CHECK(std::error_code{e.code()} == rx::make_wc_error_code(IBV_WC_WR_FLUSH_ERR));
+    }
 }
 
 TEST_CASE("asio: a CQ destroyed while served is served no more, and the others go on") {
@@ -195,6 +212,34 @@ TEST_CASE("asio: a CQ destroyed while served is served no more, and the others g
     run_bounded(p.io);
     CHECK_FALSE(recv_ec); // before, the sweep polled the destroyed CQ: orphaned_error failed every operation
     CHECK_FALSE(send_ec);
+
+    // A CQ destroyed under a live QP: the device refuses (EBUSY) and keeps it, and the QP's
+    // receive stays posted, so its operation stays pending — its buffer is not handed back —
+    // until the QP goes.
+    int calls = 0;
+    bool qp_gone = false;
+    ibv_cq* kept = nullptr;
+    {
+        auto cq = std::make_unique<rx::completion_queue<rx::event_driven>>(p.ctx, 64, p.channel);
+        kept = cq->native_handle();
+        p.d.add(*cq);
+        rx::queue_pair<rx::rc, rx::event_driven> q(p.pd, *cq, *cq, {.max_send_wr = 8, .max_recv_wr = 8});
+        q.connect(p.port, p.a.local_endpoint(p.port), {.remote_access = rx::all_remote});
+        rxa::async_recv(p.d, q, rx::recv{in.span().first(64)}, [&](std::error_code ec, rx::work_completion) {
+            CHECK(test::aborted(ec));
+            CHECK(qp_gone);
+            ++calls;
+        });
+        cq.reset();
+        p.io.poll();
+        p.io.restart();
+        CHECK(calls == 0);
+        CHECK(p.d.in_flight() == 1);
+    }
+    qp_gone = true;
+    run_bounded(p.io);
+    CHECK(calls == 1);
+    CHECK(::ibv_destroy_cq(kept) == 0); // the device kept it while the QP lived; now it goes
 }
 
 TEST_CASE("asio: a dispatcher destroyed before the QPs it routes is not called by them") {

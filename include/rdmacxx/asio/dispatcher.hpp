@@ -222,7 +222,8 @@ public:
     // An operation posted to `qp`'s send queue (`send`) or receive queue: the CQ its completion
     // arrives on must be routed here (else it would never complete), and the dispatcher is the
     // one told when the QP goes. Refuses (argument_error) a CQ not added, a batch CQ, and a QP
-    // whose operations another live dispatcher routes.
+    // with operations pending in another live dispatcher (one with none hands the QP over: after
+    // `remove(cq)` there and `add(cq)` here, say). Both dispatchers on one thread.
     template <class QP>
     void route_from(QP& qp, ibv_cq* cq) {
         cq_entry const* const e = find(cq);
@@ -235,9 +236,12 @@ public:
         rdmacxx::detail::destruction_watch& w = qp.destruction_watch();
         if (w.watcher() == anchor_.identity()) [[likely]]
             return;
-        if (w.notifier() == &on_qp_destroyed && rdmacxx::detail::link<completion_dispatcher>::follow(w.watcher()))
-            [[unlikely]]
-            rdmacxx::detail::throw_argument("the QP's operations are routed by another completion dispatcher");
+        if (w.notifier() == &on_qp_destroyed) {
+            completion_dispatcher const* const other =
+                rdmacxx::detail::link<completion_dispatcher>::follow(w.watcher());
+            if (other != nullptr && other->routes(qp.native_handle())) [[unlikely]]
+                rdmacxx::detail::throw_argument("the QP has operations pending in another completion dispatcher");
+        }
         w.set(anchor_.cell().erased(), &on_qp_destroyed);
     }
     /// @endcond
@@ -388,8 +392,8 @@ private:
         }
     };
 
-    // A QP whose operations it routes goes (its destructor, before ibv_destroy_qp(3)): they
-    // complete with operation_aborted, posted, so that their handlers run once it is gone.
+    // A QP whose operations it routed is gone (its destructor, after ibv_destroy_qp(3): the
+    // device no longer touches their memory): they complete with operation_aborted, posted.
     // Destroying the QP on another thread while one is inside the dispatcher is refused by the
     // thread rule: thread_error, which ends the process here (a destructor's noexcept).
     static void on_qp_destroyed(void const* cell, void* qp) noexcept {
@@ -405,32 +409,42 @@ private:
             d->drop_cq(static_cast<ibv_cq*>(cq));
         }
     }
-    // Completes every operation posted to `qp` with operation_aborted (posted); how many.
+    // Completes every operation posted to `qp` with operation_aborted (posted); how many. One
+    // whose handler cannot be posted (no memory on a foreign executor) is destroyed uncalled.
     std::size_t drop_qp(ibv_qp* qp) noexcept {
         std::size_t n = 0;
         for (std::uint32_t i = 0; i < slots_.size(); ++i) {
             if (slots_[i].qp != qp || !slots_.taken(i)) continue;
             ++n;
-            complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
+            abort_now(i);
         }
         stop_reading_when_idle();
         return n;
     }
-    // Serves `cq` no more: its batch wait, and the routed operations whose completion would
-    // arrive on it (their QP outlived its CQ: the device kept the CQ), complete with
-    // operation_aborted (posted).
+    // Serves `cq` no more; its batch wait, which has nothing on the device, completes with
+    // operation_aborted (posted). Routed operations whose completion would arrive on it are kept:
+    // their QP outlives its CQ only when the device refused to destroy the CQ, and it may still
+    // write their memory; they complete when the QP goes.
     void drop_cq(ibv_cq* cq) noexcept {
         cq_entry* const e = find(cq);
         if (e == nullptr) return;
         std::uint32_t const waiter = e->waiter;
-        bool const batch = e->batch;
         cqs_.erase(e);
-        if (waiter != npos) complete(waiter, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
-        if (!batch)
-            for (std::uint32_t i = 0; i < slots_.size(); ++i)
-                if (slots_.taken(i) && !slots_[i].batch && slots_[i].cq == cq)
-                    complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
+        if (waiter != npos) abort_now(waiter);
         stop_reading_when_idle();
+    }
+    // Completes slot `i` with operation_aborted, posted; out of memory, its handler is destroyed.
+    void abort_now(std::uint32_t i) noexcept {
+        try {
+            complete(i, detail::op_result{io::detail::operation_aborted(), {}, 0}, true);
+        } catch (...) { // NOLINT(bugprone-empty-catch): the slot is free, the handler gone with the exception
+        }
+    }
+    // Whether an operation posted to `qp` is pending here.
+    [[nodiscard]] bool routes(ibv_qp* qp) const noexcept {
+        for (std::uint32_t i = 0; i < slots_.size(); ++i)
+            if (slots_[i].qp == qp && slots_.taken(i)) return true;
+        return false;
     }
 
     // The channel, wherever it has moved to.

@@ -82,11 +82,13 @@ public:
     template <class Handler, class... Wrs>
     void operator()(Handler handler, chain<Wrs...> const& c) const {
         ibv_qp* const native = qp_->native_handle();
-        start<completer<false>>(*d_, handler, native, native != nullptr ? native->send_cq : nullptr,
-                                [&](std::uint64_t tag) {
-                                    if (native != nullptr) d_->route_from(*qp_, native->send_cq);
-                                    post_tagged(*qp_, tag, c.wrs, std::index_sequence_for<Wrs...>{});
-                                });
+        start<completer<false>>(
+            *d_, handler, native, native != nullptr ? native->send_cq : nullptr, [&](std::uint64_t tag) {
+                if (native == nullptr) [[unlikely]]
+                    rdmacxx::detail::throw_argument("async_post on a moved-from queue pair (it holds no QP)");
+                d_->route_from(*qp_, native->send_cq);
+                post_tagged(*qp_, tag, c.wrs, std::index_sequence_for<Wrs...>{});
+            });
     }
 
 private:
@@ -111,8 +113,11 @@ public:
             cq = qp != nullptr ? qp->recv_cq : nullptr;
         }
         start<completer<false>>(*d_, handler, qp, cq, [&](std::uint64_t tag) {
-            if constexpr (!std::is_same_v<Target, shared_receive_queue>)
-                if (qp != nullptr) d_->route_from(*target_, cq);
+            if constexpr (!std::is_same_v<Target, shared_receive_queue>) {
+                if (qp == nullptr) [[unlikely]]
+                    rdmacxx::detail::throw_argument("async_recv on a moved-from queue pair (it holds no QP)");
+                d_->route_from(*target_, cq);
+            }
             Recv copy = r;
             target_->post_recv(copy.id(tag));
         });

@@ -8,7 +8,9 @@
 #include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/cq.hpp"
 
+#include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -37,7 +39,13 @@ public:
     /// @throws what `completion_dispatcher`'s constructor throws; std::bad_alloc
     completion_dispatcher& dispatcher_for(completion_dispatcher::executor_type const& ex, completion_channel& channel,
                                           dispatcher_options const& opt) {
-        std::erase_if(entries_, [](entry const& e) { return follow(e.channel.get()) == nullptr; });
+        // The gone channels' dispatchers leave the list before they are destroyed (a handler they
+        // destroy may look a dispatcher up).
+        auto const alive = std::partition(entries_.begin(), entries_.end(),
+                                          [](entry const& e) { return follow(e.channel.get()) != nullptr; });
+        std::vector<entry> gone(std::make_move_iterator(alive), std::make_move_iterator(entries_.end()));
+        entries_.erase(alive, entries_.end());
+        gone.clear();
         for (entry const& e : entries_)
             if (follow(e.channel.get()) == &channel) return *e.dispatcher;
         auto d = std::make_unique<completion_dispatcher>(ex, channel, opt);
@@ -50,7 +58,11 @@ public:
 
 private:
     // Destroys every dispatcher, before the context's handlers are destroyed.
-    void shutdown() override { entries_.clear(); }
+    void shutdown() override {
+        std::vector<entry> gone = std::move(entries_); // out of the list first, as above
+        entries_.clear();
+        gone.clear();
+    }
 
     static completion_channel* follow(void const* cell) noexcept {
         return rdmacxx::detail::link<completion_channel>::follow(cell);
