@@ -126,7 +126,7 @@ awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_sta
         }
         std::uint32_t const qpn = c->qp().qp_num();
         auto& owned = st.connections[qpn] = std::make_unique<connection>(std::move(*c));
-        owned->on_end([&s, &st, qpn](cm::connection_state) {
+        owned->on_end([&st, qpn](cm::connection_state) {
             st.by_qpn.erase(qpn);
             st.connections.erase(qpn);
         });
