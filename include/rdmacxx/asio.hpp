@@ -13,6 +13,10 @@
 /// `::asio` for code that says `using namespace rdmacxx;`): `rdmacxx::io::completion_dispatcher`,
 /// `rdmacxx::io::async_post`, and so on, beside `asio::io_context`.
 ///
+/// - rdmacxx/asio/completion_queue.hpp, rdmacxx/asio/queue_pair.hpp: the I/O objects,
+///   `io::completion_queue` (a CQ routed by its context's dispatcher from the start) and
+///   `io::queue_pair` / `io::connection` (a QP or a CM connection on one, with `get_executor()`
+///   and `async_post` / `async_recv` as members);
 /// - rdmacxx/asio/net.hpp: which Asio (`io::net`), and `io::error_code`;
 /// - rdmacxx/asio/completion.hpp: the completion signature, `as_exception`, `default_token_t`;
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations
@@ -23,8 +27,8 @@
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
 /// - rdmacxx/asio/receive_pool.hpp: `receive_pool` (receives kept posted) and its
 ///   `async_receive`, a receive to bound by a timer;
-/// - rdmacxx/asio/cm_engine.hpp: `cm_engine` (the Asio driver of the CM engine), `cm_acceptor`,
-///   `async_connect`, `async_accept`;
+/// - rdmacxx/asio/cm_engine.hpp: `cm_engine` (the Asio driver of the CM engine), `cm_engine_for`
+///   (the context's own, `cm_engine_service`), `cm_acceptor`, `async_connect`, `async_accept`;
 /// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events);
 /// - rdmacxx/asio/thread_rule.hpp: `thread_error`, the refusal of a second thread;
 /// - rdmacxx/asio/descriptor.hpp: the duplicated descriptors they wait on (internal);
@@ -35,6 +39,7 @@
 
 #include "rdmacxx/asio/cm_engine.hpp"
 #include "rdmacxx/asio/completion.hpp"
+#include "rdmacxx/asio/completion_queue.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/events.hpp"
@@ -42,6 +47,7 @@
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/operations.hpp"
 #include "rdmacxx/asio/post_pool.hpp"
+#include "rdmacxx/asio/queue_pair.hpp"
 #include "rdmacxx/asio/receive_pool.hpp"
 #include "rdmacxx/asio/service.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"

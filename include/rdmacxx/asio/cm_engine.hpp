@@ -149,6 +149,50 @@ public:
     /// @endcond
 };
 
+/// The CM engine of an execution context (`cm_engine_for`): made on first use and destroyed with
+/// the context, before the context's handlers (`shutdown()`); connections made on it may outlive
+/// it. Thread-safety: the context's own thread only, as the engine's.
+/// @see asio::use_service, asio::execution_context::service
+class cm_engine_service final : public net::execution_context::service {
+public:
+    /// The service's identity in its context (Asio's `use_service`).
+    static inline net::execution_context::id id; // NOLINT(readability-identifier-naming): Asio's name
+
+    /// The service of `ctx` (made by `use_service`).
+    explicit cm_engine_service(net::execution_context& ctx) : net::execution_context::service(ctx) {}
+
+    /// The engine of this context: the one made before, or a new one on `ex`.
+    /// @throws as `cm_engine`'s constructor; std::bad_alloc
+    cm_engine& engine_for(net::any_io_executor const& ex) {
+        if (!engine_) engine_ = std::make_unique<cm_engine>(ex);
+        return *engine_;
+    }
+
+private:
+    void shutdown() override { engine_.reset(); }
+    std::unique_ptr<cm_engine> engine_;
+};
+
+/// The CM engine of `ex`'s execution context (`cm_engine_service`): one CM event channel for
+/// every connection and listener of the context, made on first use and owned by the context.
+/// `rxa::cm_acceptor<rc> listener{io.get_executor(), local};` and `async_connect(cm_engine_for(ex),
+/// …)` use it.
+/// @throws as `cm_engine`'s constructor; std::bad_alloc
+template <class Executor>
+cm_engine& cm_engine_for(Executor const& ex) {
+    net::execution_context& ctx = net::query(ex, net::execution::context);
+    return net::use_service<cm_engine_service>(ctx).engine_for(net::any_io_executor{ex});
+}
+
+template <class Object>
+class basic_queue_pair; // queue_pair.hpp
+
+/// A `cm::connection` as an Asio I/O object on an `io::completion_queue` (queue_pair.hpp):
+/// `io::connection<rc> c{cq, std::move(*made)}` after an `async_connect` or `async_accept` on
+/// `cm::shared_qp<rc>(cq.resources(pd))`; `c.async_post(…)`, `c->disconnect()`.
+template <transport Transport, completion_strategy Completion = event_driven, post_policy Post = legacy_post>
+using connection = basic_queue_pair<cm::connection<Transport, Completion, Post>>;
+
 namespace detail {
 /// `co_await` on a connect or accept throws the library's exception (completion.hpp).
 template <transport Transport, completion_strategy Completion, post_policy Post>
@@ -313,6 +357,10 @@ public:
               requests_.push_back(std::move(r));
               serve();
           }) {}
+    /// Listens on `local` on the CM engine of `ex`'s execution context (`cm_engine_for`).
+    /// @throws as `cm::listener`'s constructor, and as `cm_engine_for`.
+    cm_acceptor(net::any_io_executor const& ex, cm::address const& local, cm::listener_options const& opt = {})
+        : cm_acceptor(cm_engine_for(ex), local, opt) {}
     cm_acceptor(cm_acceptor const&) = delete;
     cm_acceptor& operator=(cm_acceptor const&) = delete;
     /// Closes the port (requests not taken are dropped: their peers see a reject), then
@@ -331,6 +379,8 @@ public:
     [[nodiscard]] cm::listener<Transport>& listener() noexcept { return *listener_; }
     /// The engine.
     [[nodiscard]] cm_engine& engine() noexcept { return *engine_; }
+    /// The engine's executor: accepts complete on it by default.
+    [[nodiscard]] net::any_io_executor get_executor() const noexcept { return engine_->get_executor(); }
 
     /// @cond
     // `take(request)` runs on the next request (now, if one waits); `abort()` instead when the

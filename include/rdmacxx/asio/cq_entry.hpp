@@ -38,7 +38,7 @@ struct cq_entry {
     /// The entry of `cq`, armed already, served as a batch CQ or routed.
     /// @throws std::bad_alloc
     template <class C>
-    [[nodiscard]] static cq_entry of(completion_queue<C>& cq, bool batch) {
+    [[nodiscard]] static cq_entry of(rdmacxx::completion_queue<C>& cq, bool batch) {
         return {cq.anchor_cell().erased(),
                 cq.native_handle(),
                 &poll_cq<C>,
@@ -53,8 +53,8 @@ struct cq_entry {
     /// The CQ of a cell, wherever it has moved to.
     /// @throws orphaned_error when the CQ is gone.
     template <class C>
-    static completion_queue<C>& entry_cq(void const* cell) {
-        completion_queue<C>* const cq = rdmacxx::detail::link<completion_queue<C>>::follow(cell);
+    static rdmacxx::completion_queue<C>& entry_cq(void const* cell) {
+        rdmacxx::completion_queue<C>* const cq = rdmacxx::detail::link<rdmacxx::completion_queue<C>>::follow(cell);
         if (cq == nullptr) [[unlikely]]
             rdmacxx::detail::throw_orphaned("completion dispatcher", "CQ");
         return *cq;

@@ -160,7 +160,7 @@ public:
     /// @throws argument_error when `cq` uses another channel or was added already; sys_error
     ///         when ibv_req_notify_cq(3) fails.
     template <class Completion>
-    void add(completion_queue<Completion>& cq, cq_mode mode = cq_mode::routed) {
+    void add(rdmacxx::completion_queue<Completion>& cq, cq_mode mode = cq_mode::routed) {
         auto const inside = thread_.enter(who);
         static_assert(Completion::uses_channel, "the dispatcher serves CQs with a completion channel (event_driven)");
         if (!cq.delivers_to(channel())) [[unlikely]]
@@ -182,7 +182,7 @@ public:
     /// @throws argument_error when `cq` is not added, or is a routed CQ with operations as
     ///         above (nothing changes).
     template <class Completion>
-    void remove(completion_queue<Completion>& cq) {
+    void remove(rdmacxx::completion_queue<Completion>& cq) {
         auto const inside = thread_.enter(who);
         ibv_cq* const native = cq.native_handle();
         cq_entry* e = find(native);
@@ -210,7 +210,7 @@ public:
     /// posted to an SRQ are not the QP's and are kept. Returns how many operations it dropped.
     /// Thread-safety: on the executor only.
     template <transport Transport, completion_strategy Completion, post_policy Post>
-    std::size_t forget(queue_pair<Transport, Completion, Post>& qp) {
+    std::size_t forget(rdmacxx::queue_pair<Transport, Completion, Post>& qp) {
         auto const inside = thread_.enter(who);
         ibv_qp* const native = qp.native_handle();
         if (native == nullptr) return 0;

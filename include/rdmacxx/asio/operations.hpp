@@ -191,10 +191,10 @@ private:
 template <transport Transport, completion_strategy Completion, post_policy Post, class... Wrs,
           class Token = default_token_t>
     requires(postable_on<Wrs, Transport>&&...)
-auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, chain<Wrs...> const& c,
+auto async_post(completion_dispatcher& d, rdmacxx::queue_pair<Transport, Completion, Post>& qp, chain<Wrs...> const& c,
                 Token&& token = default_token_t{}) {
     return net::async_initiate<Token, void(error_code, work_completion)>(
-        detail::initiate_post<queue_pair<Transport, Completion, Post>>{d, qp}, token, c);
+        detail::initiate_post<rdmacxx::queue_pair<Transport, Completion, Post>>{d, qp}, token, c);
 }
 
 /// Posts one send-queue request `wr` (send, send_imm, write, write_imm, read, compare_swap,
@@ -204,7 +204,7 @@ auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 template <transport Transport, completion_strategy Completion, post_policy Post, class Wr,
           class Token = default_token_t>
     requires postable_on<Wr, Transport>
-auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Wr const& wr,
+auto async_post(completion_dispatcher& d, rdmacxx::queue_pair<Transport, Completion, Post>& qp, Wr const& wr,
                 Token&& token = default_token_t{}) {
     return async_post(d, qp, chain<Wr>{wr}, std::forward<Token>(token));
 }
@@ -218,10 +218,10 @@ auto async_post(completion_dispatcher& d, queue_pair<Transport, Completion, Post
 /// @see ibv_post_recv(3)
 template <transport Transport, completion_strategy Completion, post_policy Post, recv_work_request Recv,
           class Token = default_token_t>
-auto async_recv(completion_dispatcher& d, queue_pair<Transport, Completion, Post>& qp, Recv const& r,
+auto async_recv(completion_dispatcher& d, rdmacxx::queue_pair<Transport, Completion, Post>& qp, Recv const& r,
                 Token&& token = default_token_t{}) {
     return net::async_initiate<Token, void(error_code, work_completion)>(
-        detail::initiate_recv<queue_pair<Transport, Completion, Post>>{d, qp}, token, r);
+        detail::initiate_recv<rdmacxx::queue_pair<Transport, Completion, Post>>{d, qp}, token, r);
 }
 
 /// Posts receive `r` to `srq` and completes with the completion of the message that lands in
@@ -252,7 +252,7 @@ auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const&
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_poll_cq(3), ibv_req_notify_cq(3)
 template <class Completion, class Token = default_token_t>
-auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std::span<work_completion> out,
+auto async_wait(completion_dispatcher& d, rdmacxx::completion_queue<Completion>& cq, std::span<work_completion> out,
                 Token&& token = default_token_t{}) {
     auto* e = d.find(cq.native_handle());
     if (e == nullptr || !e->batch) [[unlikely]]
@@ -261,7 +261,7 @@ auto async_wait(completion_dispatcher& d, completion_queue<Completion>& cq, std:
     if (out.empty()) [[unlikely]]
         rdmacxx::detail::throw_argument("async_wait: the output span is empty");
     return net::async_initiate<Token, void(error_code, std::size_t)>(
-        detail::initiate_batch_wait<completion_queue<Completion>>{d, cq, out}, token);
+        detail::initiate_batch_wait<rdmacxx::completion_queue<Completion>>{d, cq, out}, token);
 }
 
 } // namespace io
