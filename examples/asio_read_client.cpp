@@ -11,7 +11,7 @@
 // to ERR and runs the READ's handler only once its flushed completion has been reaped, so when
 // the `||` returns the slot is the reader's again: no late READ response can land in it. The
 // other readers' READs complete flushed; once every reader has returned, nothing is posted and
-// the buffer, region, dispatcher and QP may go in any order. The same holds for any other error
+// the buffer, region and connection may go in any order. The same holds for any other error
 // (a failed READ, a refused post).
 // -E n gives the READ of chunk n (first round) a wrong rkey: a remote access error, exit 1.
 // -K n moves the server's QP to ERR before the READ of chunk n (a dead peer: the READ is never
@@ -88,8 +88,7 @@ awaitable<void> server(rxa::cm_acceptor<rx::rc>& acceptor, cm::resources<rx::eve
 
 // What the readers share.
 struct reading {
-    rxa::completion_dispatcher& d;
-    connection& c;
+    rxa::connection<rx::rc>& c; // the connection as an I/O object: its operations are members
     rx::remote_span<std::byte> region;
     std::vector<std::byte>& local;
     rx::memory_region& mr;
@@ -123,9 +122,8 @@ awaitable<void> reader(reading& k, std::uint32_t s) {
             // The READ completes with (error_code, work_completion) as a tuple: `||` waits for one
             // operation to succeed, so a READ that failed with an exception would be reported only
             // when the timer ran out.
-            auto const got =
-                co_await (rxa::async_post(k.d, k.c.qp(), rx::read{slot, source}, as_tuple(use_awaitable)) ||
-                          timer.async_wait(use_awaitable));
+            auto const got = co_await (k.c.async_post(rx::read{slot, source}, as_tuple(use_awaitable)) ||
+                                       timer.async_wait(use_awaitable));
             if (got.index() == 1) {
                 // The READ was cancelled and its flushed completion reaped: the slot is ours again.
                 if (!k.failed) {
@@ -158,19 +156,20 @@ awaitable<void> reader(reading& k, std::uint32_t s) {
     if (--k.running == 0) k.wake.cancel();
 }
 
-awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, settings const& opt, result& r,
-                       std::function<void()> kill) {
+awaitable<void> client(cm::address const& to, settings const& opt, result& r, std::function<void()> kill) {
     auto const ex = co_await ::asio::this_coro::executor;
-    auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(
-        eng, to, {.caps = {.max_send_wr = opt.depth, .max_recv_wr = 1}}, {}, use_awaitable);
-    auto const region = cm::from_private_data<rx::remote_span<std::byte>>(c->peer_private_data());
+    // A self-contained connection (its own PD, CQ and channel) on the context's CM engine, then
+    // held as an I/O object: its CQ is routed by its channel's dispatcher in this context
+    // (cancel_mode::qp_to_error, the default), with nothing to add or forget.
+    auto made = co_await rxa::async_connect<rx::rc, rx::event_driven>(
+        rxa::cm_engine_for(ex), to, {.caps = {.max_send_wr = opt.depth, .max_recv_wr = 1}}, {}, use_awaitable);
+    auto const region = cm::from_private_data<rx::remote_span<std::byte>>(made->peer_private_data());
     if (region.size() < opt.region) throw std::runtime_error("the server's region is smaller than -S");
-    rxa::completion_dispatcher d{ex, *c->cq_channel()}; // cancel_mode::qp_to_error, the default
-    d.add(c->cq());
+    rxa::connection<rx::rc> c{ex, std::move(*made)};
     std::vector<std::byte> local(std::size_t{opt.depth} * opt.chunk);
     auto mr = c->pd().register_memory(std::span{local}, rx::access::local_write);
     ::asio::steady_timer wake{ex, std::chrono::steady_clock::time_point::max()};
-    reading k{d, *c, region, local, mr, opt, r, std::move(kill), opt.region / opt.chunk, 0, {}, opt.depth, wake};
+    reading k{c, region, local, mr, opt, r, std::move(kill), opt.region / opt.chunk, 0, {}, opt.depth, wake};
     for (std::uint32_t s = 0; s < opt.depth; ++s)
         ::asio::co_spawn(ex, reader(k, s), ::asio::detached);
     // Every reader returns within its READ's bound (a cancelled READ's flush is reaped at once).
@@ -183,12 +182,12 @@ awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, settings cons
         std::fprintf(stderr,
                      "asio_read_client: stopped after an error; every READ reaped (%zu in the dispatcher, %llu "
                      "flushed)\n",
-                     d.in_flight(), static_cast<unsigned long long>(r.flushed));
+                     c.dispatcher().in_flight(), static_cast<unsigned long long>(r.flushed));
         try {
             c->disconnect();
         } catch (std::exception const&) { // the error to report is the first one
         }
-        if (d.in_flight() != 0) std::abort(); // never free memory a posted READ still names
+        if (c.dispatcher().in_flight() != 0) std::abort(); // never free memory a posted READ still names
         if (opt.kill_at != ~std::size_t{0} && r.timed_out_chunk >= opt.kill_at &&
             r.timed_out_chunk != ~std::size_t{0}) {
             r.done = true; // -K: what was asked for
@@ -249,14 +248,14 @@ int main(int argc, char** argv) try {
         throw rx::argument_error("-s must be positive and at most -S; -q is 1 … 128");
 
     ::asio::io_context io{1};
-    rxa::cm_engine eng{io.get_executor()}; // both sides' CM events, read by the reactor
-    rxa::cm_acceptor<rx::rc> acceptor{eng, cm::address::resolve(bind, port)};
+    // Both sides' CM events on the context's CM engine (cm_engine_for), read by the reactor.
+    rxa::cm_acceptor<rx::rc> acceptor{io.get_executor(), cm::address::resolve(bind, port)};
     cm::listener<rx::rc>& listener = acceptor.listener();
     auto const to = cm::address::resolve(bind, listener.port());
-    // The server's PD, CQ and channel: the region's rkey is valid on QPs of this PD only.
+    // The server's PD and CQ (on a channel of its own): the region's rkey is valid on QPs of
+    // this PD only.
     rx::protection_domain pd{listener.cm_id().context()};
-    rx::completion_channel channel{listener.cm_id().context()};
-    rx::completion_queue<rx::event_driven> cq{listener.cm_id().context(), 16, channel};
+    rxa::completion_queue<> cq{io.get_executor(), listener.cm_id().context(), 16};
     std::vector<std::byte> region(opt.region);
     for (std::size_t i = 0; i < region.size(); ++i)
         region[i] = pattern(i);
@@ -268,12 +267,11 @@ int main(int argc, char** argv) try {
         if (e && !failure) failure = e;
     };
     auto const t0 = std::chrono::steady_clock::now();
-    ::asio::co_spawn(io, server(acceptor, {.pd = pd, .send_cq = cq, .recv_cq = cq, .channel = &channel}, mr, accepted),
-                     keep);
+    ::asio::co_spawn(io, server(acceptor, cq.resources(pd), mr, accepted), keep);
     auto kill = [&] { // -K: the server dies (its QP in ERR answers nothing)
         if (accepted) accepted->qp().to_error();
     };
-    ::asio::co_spawn(io, client(eng, to, opt, r, kill), keep);
+    ::asio::co_spawn(io, client(to, opt, r, kill), keep);
     auto const deadline = std::chrono::steady_clock::now() + 120s;
     while (!r.done && !failure && std::chrono::steady_clock::now() < deadline)
         io.run_one_for(1s);

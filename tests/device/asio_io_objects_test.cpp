@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <optional>
 #include <system_error>
@@ -87,11 +87,11 @@ TEST_CASE("asio I/O objects: a queue pair on an io::completion_queue: members, i
             p.io,
             [&]() -> ::asio::awaitable<void> {
                 using namespace ::asio::experimental::awaitable_operators;
-                auto [r, s] = co_await (
-                    p.b.async_recv(rx::recv{in.span()}, ::asio::use_awaitable) &&
-                    p.a.async_post(rxa::chain{rx::write{out.span().first(8), in.mr.remote().first(8)},
-                                              rx::send{out.span().first(200)}},
-                                   ::asio::use_awaitable));
+                auto [r, s] =
+                    co_await (p.b.async_recv(rx::recv{in.span()}, ::asio::use_awaitable) &&
+                              p.a.async_post(rxa::chain{rx::write{out.span().first(8), in.mr.remote().first(8)},
+                                                        rx::send{out.span().first(200)}},
+                                             ::asio::use_awaitable));
                 CHECK(r.byte_len() == 200);
                 CHECK(s.opcode() == IBV_WC_SEND);
                 test::buffer back(p.pd, 256);
@@ -140,8 +140,9 @@ TEST_CASE("asio I/O objects: what could never complete is refused when it is mad
     io_pair p;
     rx::completion_queue<rx::event_driven> other{p.ctx, 64};
     SUBCASE("a QP whose queues complete on another CQ") {
-        CHECK_THROWS_AS((rxa::queue_pair<rx::rc>{p.cq, rx::queue_pair<rx::rc, rx::event_driven>{p.pd, other, other, caps}}),
-                        rx::argument_error);
+        CHECK_THROWS_AS(
+            (rxa::queue_pair<rx::rc>{p.cq, rx::queue_pair<rx::rc, rx::event_driven>{p.pd, other, other, caps}}),
+            rx::argument_error);
         CHECK_THROWS_AS(
             (rxa::queue_pair<rx::rc>{p.cq, rx::queue_pair<rx::rc, rx::event_driven>{p.pd, p.cq.cq(), other, caps}}),
             rx::argument_error);
@@ -181,7 +182,8 @@ TEST_CASE("asio I/O objects: completion queues in a vector (moved as it grows) k
     CHECK(refused == std::errc::invalid_argument);
 }
 
-TEST_CASE("asio I/O objects: connections on the context's CM engine, an acceptor made from an executor") {
+TEST_CASE("asio I/O objects: connections on the context's CM engine (shared resources, self-contained), an acceptor "
+          "made from an executor") {
     ::asio::io_context io;
     auto const ex = io.get_executor();
     rxa::cm_engine& eng = rxa::cm_engine_for(ex);
@@ -194,8 +196,8 @@ TEST_CASE("asio I/O objects: connections on the context's CM engine, an acceptor
     rxa::completion_queue<> cq{ex, dev, 256};
     rx::cm::connection_options opt;
     opt.deadlines.event = 10s;
-    test::buffer sbuf(pd, 256), cbuf(pd, 256);
-    test::fill_pattern(cbuf.bytes_, 9);
+    test::buffer sbuf(pd, 256);
+    std::optional<test::buffer> cbuf;
     std::optional<rxa::connection<rx::rc>> server, client;
     std::exception_ptr failure;
     auto keep = [&failure](std::exception_ptr e) {
@@ -224,24 +226,34 @@ TEST_CASE("asio I/O objects: connections on the context's CM engine, an acceptor
         io,
         [&]() -> ::asio::awaitable<void> {
             auto const to = rx::cm::address::resolve(test::device_ip(), acceptor.port());
-            auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(
-                eng, to, opt, rx::cm::shared_qp<rx::rc>(cq.resources(pd)), ::asio::use_awaitable);
-            client.emplace(cq, std::move(*c));
-            (void)co_await client->async_post(rx::send{cbuf.span().first(100)}, ::asio::use_awaitable);
+            // A self-contained connection (its own PD, CQ and channel): routed by its channel's
+            // dispatcher in this context.
+            auto c = co_await rxa::async_connect<rx::rc, rx::event_driven>(eng, to, opt, {}, ::asio::use_awaitable);
+            client.emplace(ex, std::move(*c));
+            cbuf.emplace((*client)->pd(), 256);
+            test::fill_pattern(cbuf->bytes_, 9);
+            (void)co_await client->async_post(rx::send{cbuf->span().first(100)}, ::asio::use_awaitable);
         },
         keep);
-    run_until(io, [&] { return (!server_recv && server && client) || failure; }, 30s);
+    run_until(
+        io, [&] { return (!server_recv && server && client) || failure; }, 30s);
     if (failure) std::rethrow_exception(failure);
     CHECK(received == 100);
-    CHECK(std::equal(sbuf.bytes_.begin(), sbuf.bytes_.begin() + 100, cbuf.bytes_.begin()));
+    CHECK(std::equal(sbuf.bytes_.begin(), sbuf.bytes_.begin() + 100, cbuf->bytes_.begin()));
+    CHECK(&client->dispatcher() != &cq.dispatcher());
+    CHECK(::asio::use_service<rxa::dispatcher_service>(io).size() == 2);
     CHECK((*client)->state() == rx::cm::connection_state::established);
     // Destroyed with a receive pending: it completes, aborted, once the QP is gone.
     int aborted = 0;
-    server->async_recv(rx::recv{sbuf.span()}, [&](std::error_code ec, rx::work_completion) {
-        aborted += test::aborted(ec) ? 1 : 0;
-    });
+    server->async_recv(rx::recv{sbuf.span()},
+                       [&](std::error_code ec, rx::work_completion) { aborted += test::aborted(ec) ? 1 : 0; });
     server.reset();
+    cbuf.reset(); // deregistered before its PD, which the client's connection owns
     client.reset();
-    run_until(io, [&] { return aborted == 1; }, 20s);
+    run_until(
+        io, [&] { return aborted == 1; }, 20s);
     CHECK(cq.dispatcher().in_flight() == 0);
+    // The client's channel went with it: its dispatcher leaves the service at the next lookup.
+    rxa::completion_queue<> again{ex, dev, 16};
+    CHECK(::asio::use_service<rxa::dispatcher_service>(io).size() == 2);
 }

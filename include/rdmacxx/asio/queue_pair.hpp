@@ -10,6 +10,8 @@
 #include "rdmacxx/asio/completion_queue.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/operations.hpp"
+#include "rdmacxx/asio/service.hpp"
+#include "rdmacxx/cq.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/ownership.hpp"
 #include "rdmacxx/pd.hpp"
@@ -80,10 +82,39 @@ public:
     /// Makes a `rdmacxx::queue_pair` in `pd` with both queues on `cq`, sized by `caps`, and
     /// registers it with `cq`'s dispatcher (connect it through `->`).
     /// @throws sys_error when ibv_create_qp(3) fails; as the constructor above.
-    basic_queue_pair(protection_domain& pd, io::completion_queue<completion_type>& cq, qp_capabilities const& caps = {})
-        requires std::constructible_from<Object, protection_domain&, rdmacxx::completion_queue<completion_type>&,
-                                         rdmacxx::completion_queue<completion_type>&, qp_capabilities const&>
-        : object_(pd, cq.cq(), cq.cq(), caps), dispatcher_(cq.dispatcher().anchor_cell()), ex_(cq.get_executor()) {
+    basic_queue_pair(protection_domain& pd, io::completion_queue<completion_type>& cq,
+                     qp_capabilities const& caps = {}) requires std::constructible_from < Object,
+        protection_domain&, rdmacxx::completion_queue<completion_type>
+    &, rdmacxx::completion_queue<completion_type>&, qp_capabilities const& > : object_(pd, cq.cq(), cq.cq(), caps),
+        dispatcher_(cq.dispatcher().anchor_cell()), ex_(cq.get_executor()) {
+        register_with(cq);
+    }
+
+    /// Holds `object`, a CM connection whose CQ has a completion channel (one that made its own
+    /// CQ, `event_driven`, or one on shared resources that name their channel), and routes its
+    /// CQ by the dispatcher of that channel in `ex`'s execution context (`dispatcher_for`, made
+    /// with `opt` when it is new; the CQ is added unless it is already). The connection's own CQ
+    /// and channel go with it; their dispatcher stays in the service until the context goes or
+    /// the next lookup finds the channel gone.
+    /// @throws argument_error when the connection has no completion channel (`cq_channel()` is
+    ///         null) or its two queues complete on different CQs; as the first constructor.
+    template <class Executor>
+        requires requires(Object& o, Executor const& e) {
+            o.cq_channel();
+            o.cq();
+            net::query(e, net::execution::context);
+        }
+    basic_queue_pair(Executor const& ex, Object&& object, dispatcher_options const& opt = {})
+        : object_(std::move(object)) {
+        completion_channel* const channel = object_.cq_channel();
+        if (channel == nullptr) [[unlikely]]
+            rdmacxx::detail::throw_argument("io::connection: the connection's CQ has no completion channel (made "
+                                            "on resources without one, or busy_poll): nothing to wait on");
+        auto& cq = object_.cq();
+        completion_dispatcher& d = dispatcher_for(ex, *channel, opt);
+        if (d.find(cq.native_handle()) == nullptr) d.add(cq);
+        dispatcher_ = d.anchor_cell();
+        ex_ = d.get_executor();
         register_with(cq);
     }
 
@@ -129,12 +160,13 @@ public:
     }
 
 private:
-    void register_with(io::completion_queue<completion_type>& cq) {
+    void register_with(io::completion_queue<completion_type>& cq) { register_with(cq.cq()); }
+    void register_with(rdmacxx::completion_queue<completion_type>& cq) {
         qp_type& q = qp();
         ibv_qp* const native = q.native_handle();
         if (native == nullptr) [[unlikely]]
             rdmacxx::detail::throw_argument("io::queue_pair: the object holds no QP (moved from)");
-        if (native->send_cq != cq.cq().native_handle() || native->recv_cq != cq.cq().native_handle()) [[unlikely]]
+        if (native->send_cq != cq.native_handle() || native->recv_cq != cq.native_handle()) [[unlikely]]
             rdmacxx::detail::throw_argument("io::queue_pair: the QP's send and receive queues must complete on the "
                                             "io::completion_queue given (make the QP on cq.cq(), or a connection "
                                             "on cq.resources(pd))");
