@@ -13,10 +13,11 @@
 /// `::asio` for code that says `using namespace rdmacxx;`): `rdmacxx::io::completion_dispatcher`,
 /// `rdmacxx::io::async_post`, and so on, beside `asio::io_context`.
 ///
-/// - rdmacxx/asio/completion_queue.hpp, rdmacxx/asio/queue_pair.hpp: the I/O objects,
-///   `io::completion_queue` (a CQ routed by its context's dispatcher from the start) and
-///   `io::queue_pair` / `io::connection` (a QP or a CM connection on one, with `get_executor()`
-///   and `async_post` / `async_recv` as members);
+/// - rdmacxx/asio/completion_queue.hpp, rdmacxx/asio/queue_pair.hpp,
+///   rdmacxx/asio/shared_receive_queue.hpp: the I/O objects, `io::completion_queue` (a CQ routed
+///   by its context's dispatcher from the start), `io::queue_pair` / `io::connection` (a QP or a
+///   CM connection on one) and `io::shared_receive_queue`, with `get_executor()` and their
+///   operations as members;
 /// - rdmacxx/asio/net.hpp: which Asio (`io::net`), and `io::error_code`;
 /// - rdmacxx/asio/completion.hpp: the completion signature, `as_exception`, `default_token_t`;
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations
@@ -50,4 +51,5 @@
 #include "rdmacxx/asio/queue_pair.hpp"
 #include "rdmacxx/asio/receive_pool.hpp"
 #include "rdmacxx/asio/service.hpp"
+#include "rdmacxx/asio/shared_receive_queue.hpp"
 #include "rdmacxx/asio/thread_rule.hpp"

@@ -43,20 +43,24 @@ public:
     /// Takes over `other`'s SRQ (what refers to it follows it here); `other` is left empty.
     shared_receive_queue(shared_receive_queue&& other) noexcept
         : anchor_(std::move(other.anchor_), this), srq_(std::move(other.srq_)),
-          max_wr_(std::exchange(other.max_wr_, 0U)) {}
+          max_wr_(std::exchange(other.max_wr_, 0U)), watch_(std::move(other.watch_)) {}
     /// Destroys the SRQ held, as the destructor does, then takes over `other`'s; self-move is a no-op.
     shared_receive_queue& operator=(shared_receive_queue&& other) noexcept {
         if (this != &other) {
+            destroy();
             srq_ = std::move(other.srq_);
             max_wr_ = std::exchange(other.max_wr_, 0U);
+            watch_ = std::move(other.watch_);
             anchor_.take(std::move(other.anchor_), this);
         }
         return *this;
     }
     shared_receive_queue(shared_receive_queue const&) = delete;
     shared_receive_queue& operator=(shared_receive_queue const&) = delete;
-    /// Destroys the SRQ (ibv_destroy_srq(3)).
-    ~shared_receive_queue() = default;
+    /// Destroys the SRQ (ibv_destroy_srq(3)). The Asio dispatcher that routed receives posted to
+    /// it is told once it is gone (their handlers then run: rdmacxx/asio/dispatcher.hpp); when
+    /// the device refuses (EBUSY: a QP still uses it) the SRQ is kept and nobody is told.
+    ~shared_receive_queue() { destroy(); }
 
     /// Arms the limit: an async event fires once fewer than `limit` receive requests remain.
     /// The limit disarms itself when it fires; arm it again to hear of the next time.
@@ -104,15 +108,24 @@ public:
     /// @cond
     // The stable cell through which the objects that use this SRQ find it.
     [[nodiscard]] detail::link<shared_receive_queue> anchor_cell() const noexcept { return anchor_.cell(); }
+    // Who is told once the SRQ is destroyed (the Asio dispatcher that routes its receives).
+    [[nodiscard]] detail::destruction_watch& destruction_watch() noexcept { return watch_; }
     /// @endcond
 
 private:
+    // Destroys the SRQ held and tells the watcher; a refused destroy (EBUSY) keeps it, untold.
+    void destroy() noexcept {
+        ibv_srq* const held = srq_.release();
+        if (held == nullptr) return;
+        if (::ibv_destroy_srq(held) == 0) watch_.fire(held); // once it is gone: its receives with it
+    }
     struct deleter {
         void operator()(ibv_srq* s) const noexcept { (void)::ibv_destroy_srq(s); }
     };
     detail::anchor<shared_receive_queue> anchor_; // before srq_: made first, so nothing leaks when it throws
     std::unique_ptr<ibv_srq, deleter> srq_;
     std::uint32_t max_wr_ = 0;
+    detail::destruction_watch watch_; // told once the SRQ is gone
 };
 
 } // namespace v0

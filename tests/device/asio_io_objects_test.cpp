@@ -257,3 +257,55 @@ TEST_CASE("asio I/O objects: connections on the context's CM engine (shared reso
     rxa::completion_queue<> again{ex, dev, 16};
     CHECK(::asio::use_service<rxa::dispatcher_service>(io).size() == 2);
 }
+
+TEST_CASE("asio I/O objects: a shared receive queue: receives through it; destroyed once its QPs are gone, its "
+          "pending receives complete, aborted") {
+    rx::context ctx{test::open_test_device()};
+    rx::end_port port{ctx};
+    rx::protection_domain pd{ctx};
+    ::asio::io_context io;
+    rxa::completion_queue<> cq{io.get_executor(), ctx, 256};
+    std::optional<rxa::shared_receive_queue<>> srq;
+    srq.emplace(pd, cq, 64);
+    CHECK(srq->get_executor() == cq.get_executor());
+    rxa::queue_pair<rx::rc> a{pd, cq, caps};
+    std::optional<rxa::queue_pair<rx::rc>> b;
+    b.emplace(pd, cq, *srq, caps);
+    a->connect(port, b.value()->local_endpoint(port), {.remote_access = rx::all_remote});
+    b.value()->connect(port, a->local_endpoint(port), {.remote_access = rx::all_remote});
+    test::buffer out(pd, 256), in(pd, 256);
+    test::fill_pattern(out.bytes_, 13);
+    std::error_code recv_ec{1, std::generic_category()};
+    std::uint32_t from = 0, bytes = 0;
+    srq->async_recv(rx::recv{in.span()}, [&](std::error_code ec, rx::work_completion wc) {
+        recv_ec = ec;
+        from = wc.qp_num();
+        bytes = wc.byte_len();
+    });
+    a.async_post(rx::send{out.span().first(120)}, [](std::error_code, rx::work_completion) {});
+    run_bounded(io);
+    CHECK_FALSE(recv_ec);
+    CHECK(from == b->qp().qp_num());
+    CHECK(bytes == 120);
+    CHECK(std::equal(in.bytes_.begin(), in.bytes_.begin() + 120, out.bytes_.begin()));
+
+    SUBCASE("refused: a QP on an SRQ that serves another CQ") {
+        rxa::completion_queue<> other{io.get_executor(), ctx, 16};
+        CHECK_THROWS_AS((rxa::queue_pair<rx::rc>{pd, other, *srq, caps}), rx::argument_error);
+    }
+    SUBCASE("destroyed with receives pending") {
+        int aborted = 0;
+        for (std::size_t i = 0; i < 2; ++i)
+            srq->async_recv(rx::recv{in.span().subspan(i * 128, 128)},
+                            [&](std::error_code ec, rx::work_completion) { aborted += test::aborted(ec) ? 1 : 0; });
+        b.reset();         // the QP goes; the SRQ's receives are the SRQ's, not flushed
+        io.run_for(300ms); // nothing completes them: the io_context keeps waiting
+        io.restart();
+        CHECK(aborted == 0);
+        CHECK(cq.dispatcher().in_flight() == 2);
+        srq.reset(); // no QP uses it: destroyed, and the dispatcher is told
+        run_bounded(io);
+        CHECK(aborted == 2);
+        CHECK(cq.dispatcher().in_flight() == 0);
+    }
+}

@@ -18,6 +18,7 @@
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/ownership.hpp"
 #include "rdmacxx/qp.hpp"
+#include "rdmacxx/srq.hpp"
 
 #include <poll.h>
 #include <unistd.h>
@@ -244,6 +245,20 @@ public:
         }
         w.set(anchor_.cell().erased(), &on_qp_destroyed);
     }
+    // A receive posted to `srq`: the dispatcher is the one told when the SRQ goes. Refuses
+    // (argument_error) an SRQ with receives pending in another live dispatcher.
+    void route_from(shared_receive_queue& srq) {
+        rdmacxx::detail::destruction_watch& w = srq.destruction_watch();
+        if (w.watcher() == anchor_.identity()) [[likely]]
+            return;
+        if (w.notifier() == &on_srq_destroyed) {
+            completion_dispatcher const* const other =
+                rdmacxx::detail::link<completion_dispatcher>::follow(w.watcher());
+            if (other != nullptr && other->routes(srq.native_handle())) [[unlikely]]
+                rdmacxx::detail::throw_argument("the SRQ has receives pending in another completion dispatcher");
+        }
+        w.set(anchor_.cell().erased(), &on_srq_destroyed);
+    }
     /// @endcond
 
     /// The executor.
@@ -293,9 +308,10 @@ public:
     // (the handler is left as it was). `qp` and `cq` name where it was posted and where its
     // completion arrives (drop_qp, remove). Exception-safe (slot_pool::acquire).
     template <class Completer, class Handler>
-    std::uint32_t acquire(Handler& handler, bool batch, ibv_qp* qp = nullptr, ibv_cq* cq = nullptr) {
+    std::uint32_t acquire(Handler& handler, bool batch, ibv_qp* qp = nullptr, ibv_cq* cq = nullptr,
+                          ibv_srq* srq = nullptr) {
         // The caller is inside the dispatcher already (enter(): every initiation holds it).
-        return slots_.acquire<Completer>(handler, ex_, batch, qp, cq,
+        return slots_.acquire<Completer>(handler, ex_, batch, qp, cq, srq,
                                          [this](auto& cs, std::uint32_t index, std::uint32_t generation) {
                                              cs.template emplace<canceller>(anchor_.cell(), index, generation);
                                          });
@@ -402,6 +418,16 @@ private:
             (void)d->drop_qp(static_cast<ibv_qp*>(qp));
         }
     }
+    // An SRQ it routed receives of is gone (after ibv_destroy_srq(3), which succeeds only once
+    // no QP uses it): those receives can never complete, so they complete with operation_aborted.
+    static void on_srq_destroyed(void const* cell, void* srq) noexcept {
+        if (completion_dispatcher* const d = rdmacxx::detail::link<completion_dispatcher>::follow(cell)) {
+            auto const inside = d->thread_.enter(who);
+            for (std::uint32_t i = 0; i < d->slots_.size(); ++i)
+                if (d->slots_[i].srq == srq && d->slots_.taken(i)) d->abort_now(i);
+            d->stop_reading_when_idle();
+        }
+    }
     // A CQ it serves goes: it is served no more (as `remove`), and what waits on it is aborted.
     static void on_cq_destroyed(void const* cell, void* cq) noexcept {
         if (completion_dispatcher* const d = rdmacxx::detail::link<completion_dispatcher>::follow(cell)) {
@@ -440,10 +466,15 @@ private:
         } catch (...) { // NOLINT(bugprone-empty-catch): the slot is free, the handler gone with the exception
         }
     }
-    // Whether an operation posted to `qp` is pending here.
+    // Whether an operation posted to `qp` (a receive posted to `srq`) is pending here.
     [[nodiscard]] bool routes(ibv_qp* qp) const noexcept {
         for (std::uint32_t i = 0; i < slots_.size(); ++i)
             if (slots_[i].qp == qp && slots_.taken(i)) return true;
+        return false;
+    }
+    [[nodiscard]] bool routes(ibv_srq* srq) const noexcept {
+        for (std::uint32_t i = 0; i < slots_.size(); ++i)
+            if (slots_[i].srq == srq && slots_.taken(i)) return true;
         return false;
     }
 

@@ -21,6 +21,7 @@
 
 struct ibv_qp;
 struct ibv_cq;
+struct ibv_srq;
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -50,8 +51,9 @@ struct op_slot {
     using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted, std::shared_ptr<post_pool> const& pool);
     invoke_fn invoke = nullptr;
     net::cancellation_slot cancel{};
-    ibv_qp* qp = nullptr; ///< the QP it posted to (null: an SRQ receive, a batch wait)
-    ibv_cq* cq = nullptr; ///< the CQ its completion arrives on (null: not known, an SRQ receive)
+    ibv_qp* qp = nullptr;   ///< the QP it posted to (null: an SRQ receive, a batch wait)
+    ibv_cq* cq = nullptr;   ///< the CQ its completion arrives on (null: not known, an SRQ receive)
+    ibv_srq* srq = nullptr; ///< the SRQ it posted a receive to (null: not an SRQ receive)
     std::uint32_t generation = 1;
     std::uint32_t next_free = 0;
     state st = state::free;

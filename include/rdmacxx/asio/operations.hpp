@@ -52,11 +52,12 @@ void post_tagged(QP& qp, std::uint64_t tag, std::tuple<Wrs...> const& wrs, std::
 // the refusal (argument_error or wr_error, nothing of it in flight: `post` refuses a QP whose CQ
 // is not routed by the dispatcher, completion_dispatcher::route_from); no free slot completes it
 // with ENOBUFS. `post` throws rdmacxx::error only. `qp` (null for an SRQ) and `cq` (null when
-// not known) name where the operation goes (completion_dispatcher::forget, remove).
+// not known) name where the operation goes, `srq` the SRQ of a receive (completion_dispatcher::forget,
+// remove, and what is aborted when the QP or SRQ goes).
 template <class Completer, class Handler, class Post>
-void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, Post&& post) {
+void start(completion_dispatcher& d, Handler& handler, ibv_qp* qp, ibv_cq* cq, ibv_srq* srq, Post&& post) {
     auto const inside = d.enter(); // thread_rule.hpp: before anything is touched
-    std::uint32_t const i = d.acquire<Completer>(handler, false, qp, cq);
+    std::uint32_t const i = d.acquire<Completer>(handler, false, qp, cq, srq);
     if (i == completion_dispatcher::npos) [[unlikely]] {
         op_result const r{std::make_error_code(std::errc::no_buffer_space), {}, 0, {}};
         net::post(d.get_executor(), Completer::bind(std::move(handler), r));
@@ -83,7 +84,7 @@ public:
     void operator()(Handler handler, chain<Wrs...> const& c) const {
         ibv_qp* const native = qp_->native_handle();
         start<completer<false>>(
-            *d_, handler, native, native != nullptr ? native->send_cq : nullptr, [&](std::uint64_t tag) {
+            *d_, handler, native, native != nullptr ? native->send_cq : nullptr, nullptr, [&](std::uint64_t tag) {
                 if (native == nullptr) [[unlikely]]
                     rdmacxx::detail::throw_argument("async_post on a moved-from queue pair (it holds no QP)");
                 d_->route_from(*qp_, native->send_cq);
@@ -106,17 +107,25 @@ public:
     [[nodiscard]] executor_type get_executor() const noexcept { return d_->get_executor(); }
     template <class Handler, class Recv>
     void operator()(Handler handler, Recv const& r) const {
-        ibv_qp* qp = nullptr; // an SRQ's receive names no QP and no CQ
+        ibv_qp* qp = nullptr; // an SRQ's receive names no QP and no CQ, but its SRQ
         ibv_cq* cq = nullptr;
+        ibv_srq* srq = nullptr;
         if constexpr (!std::is_same_v<Target, shared_receive_queue>) {
             qp = target_->native_handle();
             cq = qp != nullptr ? qp->recv_cq : nullptr;
+        } else {
+            srq = target_->native_handle();
         }
-        start<completer<false>>(*d_, handler, qp, cq, [&](std::uint64_t tag) {
+        start<completer<false>>(*d_, handler, qp, cq, srq, [&](std::uint64_t tag) {
             if constexpr (!std::is_same_v<Target, shared_receive_queue>) {
                 if (qp == nullptr) [[unlikely]]
                     rdmacxx::detail::throw_argument("async_recv on a moved-from queue pair (it holds no QP)");
                 d_->route_from(*target_, cq);
+            } else {
+                if (srq == nullptr) [[unlikely]]
+                    rdmacxx::detail::throw_argument(
+                        "async_recv on a moved-from shared receive queue (it holds no SRQ)");
+                d_->route_from(*target_);
             }
             Recv copy = r;
             target_->post_recv(copy.id(tag));

@@ -11,6 +11,7 @@
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/operations.hpp"
 #include "rdmacxx/asio/service.hpp"
+#include "rdmacxx/asio/shared_receive_queue.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/ownership.hpp"
@@ -90,6 +91,19 @@ public:
         register_with(cq);
     }
 
+    /// Makes a `rdmacxx::queue_pair` in `pd` whose send queue completes on `cq` and whose
+    /// receives come from `srq` (post them there: `srq.async_recv`), which must serve `cq`.
+    /// @throws argument_error when `srq` serves another CQ; as the constructor above.
+    basic_queue_pair(protection_domain& pd, io::completion_queue<completion_type>& cq,
+                     io::shared_receive_queue<completion_type>& srq,
+                     qp_capabilities const& caps = {}) requires std::constructible_from < Object,
+        protection_domain&, rdmacxx::completion_queue<completion_type>
+    &, rdmacxx::completion_queue<completion_type>&, rdmacxx::shared_receive_queue&,
+        qp_capabilities const& > : object_(pd, cq.cq(), checked_srq_cq(cq, srq), srq.srq(), caps),
+        dispatcher_(cq.dispatcher().anchor_cell()), ex_(cq.get_executor()) {
+        register_with(cq);
+    }
+
     /// Holds `object`, a CM connection whose CQ has a completion channel (one that made its own
     /// CQ, `event_driven`, or one on shared resources that name their channel), and routes its
     /// CQ by the dispatcher of that channel in `ex`'s execution context (`dispatcher_for`, made
@@ -160,6 +174,13 @@ public:
     }
 
 private:
+    static rdmacxx::completion_queue<completion_type>& checked_srq_cq(io::completion_queue<completion_type>& cq,
+                                                                      io::shared_receive_queue<completion_type>& srq) {
+        if (&srq.cq() != &cq.cq()) [[unlikely]]
+            rdmacxx::detail::throw_argument("io::queue_pair: the shared receive queue serves another CQ than the one "
+                                            "given: its receives would complete where nobody waits for them");
+        return cq.cq();
+    }
     void register_with(io::completion_queue<completion_type>& cq) { register_with(cq.cq()); }
     void register_with(rdmacxx::completion_queue<completion_type>& cq) {
         qp_type& q = qp();

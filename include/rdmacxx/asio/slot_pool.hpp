@@ -74,12 +74,13 @@ public:
     /// Takes a slot for `handler` (moved in, with the work it keeps on its associated executor,
     /// `ex` by default), calling `hook(cancellation_slot, index, generation)` first when the
     /// handler has a connected cancellation slot; npos when none is free (the handler is left as
-    /// it was). `qp` and `cq` name where it was posted and where its completion arrives.
+    /// it was). `qp` (or `srq`) and `cq` name where it was posted and where its completion arrives.
     /// Exception-safe: when the hook or storing the handler throws, no slot is taken and the
     /// cancellation slot is left empty. A handler over `op_storage_bytes` uses its associated
     /// allocator.
     template <class Completer, class Executor, class Handler, class Hook>
-    std::uint32_t acquire(Handler& handler, Executor const& ex, bool batch, ibv_qp* qp, ibv_cq* cq, Hook&& hook) {
+    std::uint32_t acquire(Handler& handler, Executor const& ex, bool batch, ibv_qp* qp, ibv_cq* cq, ibv_srq* srq,
+                          Hook&& hook) {
         if (free_ == slots_.size()) [[unlikely]]
             return npos;
         std::uint32_t const index = free_;
@@ -115,6 +116,7 @@ public:
         s.batch = batch;
         s.qp = qp;
         s.cq = cq;
+        s.srq = srq;
         ++pending_;
         if (cs.is_connected()) s.cancel = cs;
         return index;
@@ -140,6 +142,7 @@ public:
         s.st = op_slot::state::free;
         s.qp = nullptr;
         s.cq = nullptr;
+        s.srq = nullptr;
         if (++s.generation == 0) s.generation = 1; // a tag never has generation 0
         s.next_free = free_;
         free_ = i;
