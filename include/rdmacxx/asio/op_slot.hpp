@@ -61,14 +61,43 @@ struct op_slot {
     alignas(std::max_align_t) std::byte storage[op_storage_bytes];
 };
 
-/// A handler and the work it keeps on its executor while the operation is pending.
+/// A handler and the work it keeps on its executor while the operation is pending. The
+/// dispatcher's own executor needs none: while an operation is pending the dispatcher has a
+/// wait on its descriptor or a sweep queued, which keep its context's `run()` going. So a
+/// handler whose executor is the dispatcher's, held in the same type (an `any_io_executor`:
+/// `use_awaitable`'s, a plain callback's), keeps it untracked (no work counted, no tracked
+/// copy); any other executor (a strand, another context, `use_future`'s) is tracked.
 template <class Handler, class Executor>
 struct op_holder {
     using work_executor = net::associated_executor_t<Handler, Executor>;
+    using tracked_executor = std::decay_t<decltype(net::prefer(std::declval<work_executor const&>(),
+                                                               net::execution::outstanding_work.tracked))>;
+    /// Whether the tracked executor has the executor's own type (an `any_io_executor`, a
+    /// strand of one): then one member holds either, else a work guard.
+    static constexpr bool one_type = std::is_same_v<tracked_executor, work_executor>;
+    using work_type = std::conditional_t<one_type, work_executor, net::executor_work_guard<work_executor>>;
+
     Handler handler;
-    net::executor_work_guard<work_executor> work;
-    op_holder(Handler&& h, Executor const& ex)
-        : handler(std::move(h)), work(net::get_associated_executor(handler, ex)) {}
+    work_type work;
+    bool tracked = true;
+
+    op_holder(Handler&& h, Executor const& ex) : handler(std::move(h)), work(make_work(handler, ex, tracked)) {}
+
+private:
+    static work_type make_work(Handler const& h, Executor const& ex, bool& tracked) {
+        work_executor w = net::get_associated_executor(h, ex);
+        if constexpr (one_type) {
+            if constexpr (std::is_same_v<work_executor, Executor>) {
+                if (w == ex) {
+                    tracked = false;
+                    return w;
+                }
+            }
+            return work_executor(net::prefer(w, net::execution::outstanding_work.tracked));
+        } else {
+            return work_type(std::move(w));
+        }
+    }
 };
 
 /// A handler bound to its two arguments, moved into it when called. Its associated executor,
@@ -114,7 +143,7 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
     // The work is kept until the completion is queued: the io_context must not run out of work
     // (and stop) in between.
     auto work{std::move(stored->work)};
-    auto ex = work.get_executor();
+    bool const tracked = stored->tracked;
     if constexpr (in_place) {
         stored->~holder();
     } else {
@@ -126,10 +155,21 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
     }
     s.invoke = nullptr;
     if (r == nullptr) return;
-    if (posted)
-        post_from(pool, ex, Completer::bind(std::move(h), *r));
-    else
-        dispatch_from(pool, ex, Completer::bind(std::move(h), *r));
+    auto deliver = [&](auto const& ex) {
+        if (posted)
+            post_from(pool, ex, Completer::bind(std::move(h), *r));
+        else
+            dispatch_from(pool, ex, Completer::bind(std::move(h), *r));
+    };
+    if constexpr (holder::one_type) {
+        if (!tracked)
+            deliver(work); // the dispatcher's own executor
+        else               // the handler's own, as it was given (`work` keeps the count until the end)
+            deliver(typename holder::work_executor(net::prefer(work, net::execution::outstanding_work.untracked)));
+    } else {
+        (void)tracked;
+        deliver(work.get_executor());
+    }
 }
 
 } // namespace io::detail
