@@ -3,15 +3,16 @@
 //
 // The server shares one PD, one registered buffer, one SRQ and one CQ on one completion channel
 // between every connection (cm::resources). Every connection, the server's and the clients', is
-// made on one CM engine (io::cm_engine) that the io_context drives: the CM handshakes and every
+// made on the io_context's CM engine (io::cm_engine_for), which the io_context drives: the CM handshakes and every
 // disconnect are seen by the reactor, with no thread per connection (the program runs on one
 // thread whatever -c is; it prints its thread count). An acceptor coroutine accepts the clients
 // (async_accept on an io::cm_acceptor); echo coroutines each keep one receive of their own in
 // the SRQ (async_recv) and send whatever lands in it back to the QP it came from (async_post).
 // Every client is one coroutine: it connects (async_connect), sends -n messages, awaits each echo
 // beside its send, checks it byte for byte, and disconnects (disconnect(): on the engine it does
-// not wait; the engine sees the CM's answer). One completion
-// dispatcher per side routes the completions to the operations that posted them.
+// not wait; the engine sees the CM's answer). Each side's CQ is an I/O object (io::completion_queue)
+// whose dispatcher routes the completions to the operations that posted them; the connections are
+// I/O objects on it (io::connection, async_post and async_recv as members).
 //
 // Usage: asio_echo_server -b address [-p port] [-c clients] [-n messages] [-s size]
 //        asio_echo_server -m server -b address -p port -w clients [-n messages] [-s size] [-t seconds]
@@ -21,7 +22,7 @@
 //   -m server: the server alone on one thread, as cm_shared_server's (the same output): until -w
 //      clients (from client processes on other nodes) have connected and had every message
 //      echoed ("ready: …"), then until every one has gone (each noticed by the engine; its QP
-//      forgotten by the dispatcher and its connection destroyed); SIGUSR1 marks when they were
+//      gone with its connection, which tells the dispatcher); SIGUSR1 marks when they were
 //      killed, SIGUSR2 (or 60 s) ends it once they have gone. At most -t seconds (600).
 //   -m client: -c coroutine clients (ids from -i) that connect, check -n echoes each, print
 //      "clients done", and hold their connections until killed (or 600 s).
@@ -63,7 +64,8 @@ namespace cm = rdmacxx::cm;
 using namespace std::chrono_literals;
 using ::asio::awaitable;
 using ::asio::use_awaitable;
-using connection = cm::connection<rx::rc, rx::event_driven>;
+using connection = cm::connection<rx::rc, rx::event_driven>; // as the CM hands it over
+using io_connection = rxa::connection<rx::rc>;               // as an I/O object on a side's CQ
 
 namespace {
 
@@ -73,26 +75,19 @@ struct settings {
     cm::connection_options connection{}; // every connection's, the server's and the clients'
 };
 
-// A side's shared resources: PD, channel, CQ, (an SRQ of `receives`), memory, and the dispatcher
-// over the channel.
+// A side's shared resources: PD, CQ (an I/O object: its channel's dispatcher, in the
+// io_context's service, routes it from the start), an SRQ of `receives` on it, memory.
 struct side {
     side(rx::context& ctx, ::asio::io_context& io, std::size_t bytes, std::uint32_t receives)
-        : pd(ctx), channel(ctx), cq(ctx, 4096, channel),
-          srq(receives != 0 ? std::make_unique<rx::shared_receive_queue>(pd, receives) : nullptr), memory(bytes),
-          mr(pd.register_memory(std::span{memory}, rx::access::local_write)),
-          d(io.get_executor(), channel, {.max_operations = 4096}) {
-        d.add(cq);
-    }
-    [[nodiscard]] cm::resources<rx::event_driven> resources() {
-        return {.pd = pd, .send_cq = cq, .recv_cq = cq, .srq = srq.get(), .channel = &channel};
-    }
+        : pd(ctx), cq(io.get_executor(), ctx, 4096, {.max_operations = 4096}),
+          srq(receives != 0 ? std::make_unique<rxa::shared_receive_queue<>>(pd, cq, receives) : nullptr), memory(bytes),
+          mr(pd.register_memory(std::span{memory}, rx::access::local_write)) {}
+    [[nodiscard]] cm::resources<rx::event_driven> resources() { return cq.resources(pd, srq ? &srq->srq() : nullptr); }
     rx::protection_domain pd;
-    rx::completion_channel channel;
-    rx::completion_queue<rx::event_driven> cq;
-    std::unique_ptr<rx::shared_receive_queue> srq;
+    rxa::completion_queue<> cq;
+    std::unique_ptr<rxa::shared_receive_queue<>> srq;
     std::vector<std::byte> memory;
     rx::memory_region mr;
-    rxa::completion_dispatcher d;
 };
 
 void fill(std::span<std::byte> m, std::uint32_t client, std::uint32_t seq) {
@@ -101,7 +96,7 @@ void fill(std::span<std::byte> m, std::uint32_t client, std::uint32_t seq) {
 }
 
 struct server_state {
-    std::map<std::uint32_t, std::unique_ptr<connection>> connections; // by QPN
+    std::map<std::uint32_t, std::unique_ptr<io_connection>> connections; // by QPN
     // Noted before the accept is sent: a client may send before the server sees `established`.
     std::map<std::uint32_t, connection::qp_type*> by_qpn;
     std::uint64_t echoed = 0;
@@ -125,8 +120,8 @@ awaitable<void> acceptor(rxa::cm_acceptor<rx::rc>& listener, side& s, server_sta
             continue;
         }
         std::uint32_t const qpn = c->qp().qp_num();
-        auto& owned = st.connections[qpn] = std::make_unique<connection>(std::move(*c));
-        owned->on_end([&st, qpn](cm::connection_state) {
+        auto& owned = st.connections[qpn] = std::make_unique<io_connection>(s.cq, std::move(*c));
+        (*owned)->on_end([&st, qpn](cm::connection_state) {
             st.by_qpn.erase(qpn);
             st.connections.erase(qpn);
         });
@@ -141,12 +136,13 @@ awaitable<void> echo(side& s, server_state& st, std::uint32_t k, std::size_t siz
     auto const in = s.mr.span().subspan(2 * std::size_t{k} * size, size);
     auto const out = s.mr.span().subspan((2 * std::size_t{k} + 1) * size, size);
     for (;;) {
-        rx::work_completion const wc = co_await rxa::async_recv(s.d, *s.srq, rx::recv{in}, use_awaitable);
+        rx::work_completion const wc = co_await s.srq->async_recv(rx::recv{in}, use_awaitable);
         auto it = st.by_qpn.find(wc.qp_num());
         if (it == st.by_qpn.end()) continue;
         std::memcpy(out.data(), in.data(), wc.byte_len());
         try {
-            (void)co_await rxa::async_post(s.d, *it->second, rx::send{out.first(wc.byte_len())}, use_awaitable);
+            (void)co_await rxa::async_post(s.cq.dispatcher(), *it->second, rx::send{out.first(wc.byte_len())},
+                                           use_awaitable);
             ++st.echoed;
         } catch (std::system_error const&) { // the client went away before its echo: flushed, or forgotten
         }
@@ -158,26 +154,27 @@ awaitable<void> echo(side& s, server_state& st, std::uint32_t k, std::size_t siz
 // (`connected`: a connection made already, as -m client's clients are, one after another.)
 awaitable<void> client(rxa::cm_engine& eng, cm::address const& to, side& s, std::uint32_t id, settings const& opt,
                        std::uint32_t& good, std::uint32_t& finished,
-                       std::vector<std::unique_ptr<connection>>* held = nullptr,
+                       std::vector<std::unique_ptr<io_connection>>* held = nullptr,
                        std::optional<connection> connected = std::nullopt) {
     using namespace ::asio::experimental::awaitable_operators;
-    std::optional<connection> c = std::move(connected);
-    if (!c)
-        c = co_await rxa::async_connect<rx::rc, rx::event_driven>(
+    std::optional<connection> made = std::move(connected);
+    if (!made)
+        made = co_await rxa::async_connect<rx::rc, rx::event_driven>(
             eng, to, opt.connection, rx::cm::shared_qp<rx::rc>(s.resources()), use_awaitable);
+    io_connection c{s.cq, std::move(*made)}; // its operations are members
     std::size_t const at = 2 * std::size_t{held != nullptr ? id % opt.clients : id} * opt.size; // its slots
     auto const out = s.mr.span().subspan(at, opt.size);
     auto const in = s.mr.span().subspan(at + opt.size, opt.size);
     for (std::uint32_t m = 0; m < opt.messages; ++m) {
         fill(std::span{s.memory}.subspan(at, opt.size), id, m);
         // The receive for the echo is posted first, then the message: both awaited together.
-        auto [echo_wc, send_wc] = co_await (rxa::async_recv(s.d, c->qp(), rx::recv{in}, use_awaitable) &&
-                                            rxa::async_post(s.d, c->qp(), rx::send{out}, use_awaitable));
+        auto [echo_wc, send_wc] =
+            co_await (c.async_recv(rx::recv{in}, use_awaitable) && c.async_post(rx::send{out}, use_awaitable));
         if (echo_wc.byte_len() == opt.size && std::memcmp(in.data(), out.data(), opt.size) == 0) ++good;
         (void)send_wc;
     }
     if (held != nullptr)
-        held->push_back(std::make_unique<connection>(std::move(*c)));
+        held->push_back(std::make_unique<io_connection>(std::move(c)));
     else
         c->disconnect(); // on the engine: the DREQ sent and the QP in ERR, without waiting
     ++finished;
@@ -189,9 +186,8 @@ std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::
 int serve(cm::address const& where, std::uint32_t expected, settings const& opt, std::chrono::seconds limit) {
     namespace ps = server_modes;
     ::asio::io_context io{1};
-    rxa::cm_engine eng{io.get_executor()};
-    rxa::cm_acceptor<rx::rc> listener{eng, where, {.backlog = 1024}};
-    std::uint32_t const receives = std::max<std::uint32_t>(64, expected); // one echo coroutine each
+    rxa::cm_acceptor<rx::rc> listener{io.get_executor(), where, {.backlog = 1024}}; // on the context's CM engine
+    std::uint32_t const receives = std::max<std::uint32_t>(64, expected);           // one echo coroutine each
     side server{listener.listener().cm_id().context(), io, 2 * std::size_t{receives} * opt.size, receives};
     server_state st;
     std::exception_ptr failure;
@@ -268,7 +264,7 @@ int serve(cm::address const& where, std::uint32_t expected, settings const& opt,
 // then holds their connections until killed (or 600 s).
 int clients_only(cm::address const& local, cm::address const& to, std::uint32_t first, settings const& opt) {
     ::asio::io_context io{1};
-    rxa::cm_engine eng{io.get_executor()};
+    rxa::cm_engine& eng = rxa::cm_engine_for(io.get_executor()); // the context's CM engine
     cm::event_channel channel;
     cm::id bound{channel, cm::port_space::tcp};
     bound.bind(local);
@@ -278,7 +274,7 @@ int clients_only(cm::address const& local, cm::address const& to, std::uint32_t 
         if (e && !failure) failure = e;
     };
     std::uint32_t good = 0, finished = 0;
-    std::vector<std::unique_ptr<connection>> held;
+    std::vector<std::unique_ptr<io_connection>> held;
     // One connect after another (a server on a loaded emulated node handed 100 handshakes at once
     // let some run past their step deadline); each client then exchanges on its own coroutine.
     auto connect_all = [&]() -> awaitable<void> {
@@ -362,7 +358,7 @@ int main(int argc, char** argv) try {
     if (!modes.mode.empty()) throw rx::argument_error("-m is server or client");
 
     ::asio::io_context io{1};
-    rxa::cm_engine eng{io.get_executor()};
+    rxa::cm_engine& eng = rxa::cm_engine_for(io.get_executor()); // the context's CM engine
     rxa::cm_acceptor<rx::rc> listener{eng, cm::address::resolve(bind, port), {.backlog = 64}};
     auto const to = cm::address::resolve(bind, listener.port());
     rx::context& ctx = listener.listener().cm_id().context();
