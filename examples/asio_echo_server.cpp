@@ -82,7 +82,7 @@ struct side {
         : pd(ctx), cq(io.get_executor(), ctx, 4096, {.max_operations = 4096}),
           srq(receives != 0 ? std::make_unique<rxa::shared_receive_queue<>>(pd, cq, receives) : nullptr), memory(bytes),
           mr(pd.register_memory(std::span{memory}, rx::access::local_write)) {}
-    [[nodiscard]] cm::resources<rx::event_driven> resources() { return cq.resources(pd, srq ? &srq->srq() : nullptr); }
+    [[nodiscard]] cm::resources<rx::event_driven> resources() { return srq ? srq->resources(pd) : cq.resources(pd); }
     rx::protection_domain pd;
     rxa::completion_queue<> cq;
     std::unique_ptr<rxa::shared_receive_queue<>> srq;

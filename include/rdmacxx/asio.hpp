@@ -15,9 +15,9 @@
 ///
 /// - rdmacxx/asio/completion_queue.hpp, rdmacxx/asio/queue_pair.hpp,
 ///   rdmacxx/asio/shared_receive_queue.hpp: the I/O objects, `io::completion_queue` (a CQ routed
-///   by its context's dispatcher from the start), `io::queue_pair` / `io::connection` (a QP or a
-///   CM connection on one) and `io::shared_receive_queue`, with `get_executor()` and their
-///   operations as members;
+///   by its context's dispatcher from the start), `io::queue_pair` (a QP on one; `io::connection`,
+///   a CM connection on one, is in cm_engine.hpp) and `io::shared_receive_queue`, with
+///   `get_executor()` and their operations as members;
 /// - rdmacxx/asio/net.hpp: which Asio (`io::net`), and `io::error_code`;
 /// - rdmacxx/asio/completion.hpp: the completion signature, `as_exception`, `default_token_t`;
 /// - rdmacxx/asio/dispatcher.hpp: `completion_dispatcher`, which routes completions to operations

@@ -309,3 +309,34 @@ TEST_CASE("asio I/O objects: a shared receive queue: receives through it; destro
         CHECK(cq.dispatcher().in_flight() == 0);
     }
 }
+
+TEST_CASE("asio I/O objects: a completion queue destroyed while a receive of its QP is pending is kept until the "
+          "context goes: the receive still completes") {
+    rx::context ctx{test::open_test_device()};
+    rx::end_port port{ctx};
+    rx::protection_domain pd{ctx};
+    ::asio::io_context io;
+    rxa::completion_queue<> cq_a{io.get_executor(), ctx, 64};
+    std::optional<rxa::completion_queue<>> cq_b;
+    cq_b.emplace(io.get_executor(), ctx, 64);
+    rxa::completion_dispatcher& d_b = cq_b->dispatcher();
+    rxa::queue_pair<rx::rc> a{pd, cq_a, caps}, b{pd, *cq_b, caps};
+    a->connect(port, b->local_endpoint(port), {.remote_access = rx::all_remote});
+    b->connect(port, a->local_endpoint(port), {.remote_access = rx::all_remote});
+    test::buffer out(pd, 64), in(pd, 64);
+    test::fill_pattern(out.bytes_, 17);
+    std::error_code recv_ec{1, std::generic_category()};
+    std::uint32_t bytes = 0;
+    b.async_recv(rx::recv{in.span()}, [&](std::error_code ec, rx::work_completion wc) {
+        recv_ec = ec;
+        bytes = wc.byte_len();
+    });
+    cq_b.reset(); // b's receive is pending: the CQ and its channel are kept by the dispatcher
+    CHECK(d_b.in_flight() == 1);
+    a.async_post(rx::send{out.span().first(48)}, [](std::error_code, rx::work_completion) {});
+    run_bounded(io);
+    CHECK_FALSE(recv_ec);
+    CHECK(bytes == 48);
+    CHECK(std::equal(in.bytes_.begin(), in.bytes_.begin() + 48, out.bytes_.begin()));
+    CHECK(d_b.in_flight() == 0);
+}

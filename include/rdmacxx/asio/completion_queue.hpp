@@ -14,7 +14,8 @@
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/ownership.hpp"
 #include "rdmacxx/pd.hpp"
-#include "rdmacxx/srq.hpp"
+
+#include <memory>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -24,15 +25,20 @@ namespace io {
 /// `checked<event_driven>`) CQ of at least `min_entries` entries on a completion channel of its
 /// own, routed by that channel's `completion_dispatcher`, which the context's
 /// `dispatcher_service` makes (with the options given) and owns. The queue pairs made on it
-/// (`io::queue_pair`, `io::connection`) start their operations on that dispatcher.
+/// (`io::queue_pair`, `io::connection`) and its `io::shared_receive_queue`s start their
+/// operations on that dispatcher.
 ///
-/// Destroying it destroys the CQ, which tells the dispatcher (its batch waits complete with
-/// `operation_aborted`); a QP still on it keeps the CQ on the device (EBUSY) and its operations
-/// pending until the QP goes, which completes them: destroy the QPs first, as with verbs. The
-/// dispatcher stays in the service until the context goes or the next `dispatcher_for` lookup
-/// finds its channel gone. Movable (the dispatcher follows the CQ and the channel); a moved-from
-/// one holds nothing.
-/// Thread-safety: as its dispatcher's (the context's own thread, see docs/asio.md, "Threads").
+/// Destroy it after its QPs, as with verbs. Destroyed (or replaced by a move assignment) with
+/// none of their operations pending, it destroys the CQ, which tells the dispatcher (its batch
+/// waits complete with `operation_aborted`), and then the channel. With operations of its QPs
+/// pending, the device would refuse to destroy the CQ (EBUSY: a QP still uses it) and their
+/// requests may still write their memory: the CQ and the channel are then kept by the
+/// dispatcher until it is destroyed with its context, so that those operations still complete,
+/// or complete aborted when their QP goes. The dispatcher stays in the service until the context goes or the next
+/// `dispatcher_for` lookup finds its channel gone. Movable (the CQ and the channel stay where
+/// they are, on the heap); a moved-from one holds nothing and may only be destroyed or assigned.
+/// Thread-safety: as its dispatcher's (the context's own thread, see docs/asio.md, "Threads"),
+/// destruction included.
 /// @see ibv_create_comp_channel(3), ibv_create_cq(3), completion_dispatcher::add
 template <completion_strategy Completion = event_driven>
 class completion_queue {
@@ -54,11 +60,26 @@ public:
     template <class Executor>
     completion_queue(Executor const& ex, context& ctx, int min_entries, dispatcher_options const& opt = {},
                      cq_options const& cq_opt = {})
-        : channel_(ctx), cq_(ctx, min_entries, channel_, cq_opt) {
-        completion_dispatcher& d = dispatcher_for(ex, channel_, opt);
-        d.add(cq_);
+        : held_(std::make_unique<held>(ctx, min_entries, cq_opt)) {
+        completion_dispatcher& d = dispatcher_for(ex, held_->channel, opt);
+        d.add(held_->cq);
         dispatcher_ = d.anchor_cell();
     }
+    /// Takes over `other`'s CQ and channel; `other` holds nothing.
+    completion_queue(completion_queue&&) noexcept = default;
+    /// Lets go of the CQ and channel held, as the destructor does, then takes over `other`'s.
+    completion_queue& operator=(completion_queue&& other) noexcept {
+        if (this != &other) {
+            let_go();
+            held_ = std::move(other.held_);
+            dispatcher_ = std::move(other.dispatcher_);
+        }
+        return *this;
+    }
+    completion_queue(completion_queue const&) = delete;
+    completion_queue& operator=(completion_queue const&) = delete;
+    /// Destroys the CQ, then the channel, unless operations of its QPs are pending (see the class).
+    ~completion_queue() { let_go(); }
 
     /// The dispatcher's executor: the completions of the operations on this CQ's queue pairs are
     /// delivered from it.
@@ -70,21 +91,41 @@ public:
         return dispatcher_.get("io::completion_queue", "completion dispatcher");
     }
     /// The CQ (to make a QP on: `io::queue_pair` takes this object itself).
-    [[nodiscard]] cq_type& cq() noexcept { return cq_; }
+    [[nodiscard]] cq_type& cq() noexcept { return held_->cq; }
     /// The channel the CQ delivers its events to.
-    [[nodiscard]] completion_channel& channel() noexcept { return channel_; }
+    [[nodiscard]] completion_channel& channel() noexcept { return held_->channel; }
 
-    /// What a CM connection borrows to make its QP on this CQ (both queues) in `pd`, with the
-    /// receive buffers of `srq` when not null: `cm::shared_qp<rc>(cq.resources(pd))`. `pd` (and
-    /// `srq`) must outlive the connection.
-    [[nodiscard]] cm::resources<Completion> resources(protection_domain& pd,
-                                                      shared_receive_queue* srq = nullptr) noexcept {
-        return {.pd = pd, .send_cq = cq_, .recv_cq = cq_, .srq = srq, .channel = &channel_};
+    /// What a CM connection borrows to make its QP on this CQ (both queues) in `pd`:
+    /// `cm::shared_qp<rc>(cq.resources(pd))` (with an SRQ: `io::shared_receive_queue::resources`).
+    /// `pd` must outlive the connection.
+    [[nodiscard]] cm::resources<Completion> resources(protection_domain& pd) noexcept {
+        return {.pd = pd, .send_cq = held_->cq, .recv_cq = held_->cq, .srq = nullptr, .channel = &held_->channel};
     }
 
 private:
-    completion_channel channel_; // destroyed after the CQ
-    cq_type cq_;
+    struct held {
+        held(context& ctx, int min_entries, cq_options const& opt) : channel(ctx), cq(ctx, min_entries, channel, opt) {}
+        completion_channel channel; // destroyed after the CQ
+        cq_type cq;
+    };
+
+    // Destroys the CQ and the channel, or keeps them when operations that complete on the CQ are
+    // pending (their QPs still use it: see the class).
+    void let_go() noexcept {
+        if (!held_) return;
+        if (completion_dispatcher* const d = dispatcher_.get_if(); d != nullptr && d->routes(held_->cq.native_handle()))
+            [[unlikely]] {
+            try {
+                d->keep(std::shared_ptr<held>(std::move(held_))); // destroyed with the dispatcher
+            } catch (...) {                                       // no memory to keep it with: left allocated
+                (void)held_.release(); // NOLINT(bugprone-unused-return-value): kept on purpose, see the class
+            }
+            return;
+        }
+        held_.reset();
+    }
+
+    std::unique_ptr<held> held_;
     rdmacxx::detail::link<completion_dispatcher> dispatcher_;
 };
 

@@ -134,7 +134,8 @@ public:
           pool_(std::move(other.pool_)), stray_(other.stray_), cancel_(other.cancel_), pools_(std::move(other.pools_)),
           reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)),
           thread_(std::move(other.thread_)), backlog_(other.backlog_),
-          backlog_at_(std::exchange(other.backlog_at_, 0U)), backlog_end_(std::exchange(other.backlog_end_, 0U)) {}
+          backlog_at_(std::exchange(other.backlog_at_, 0U)), backlog_end_(std::exchange(other.backlog_end_, 0U)),
+          kept_(std::move(other.kept_)) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
     /// no-op.
@@ -223,7 +224,15 @@ public:
     void route_from(QP& qp, ibv_cq* cq);
     // A receive posted to `srq`: the dispatcher is the one told when the SRQ goes. Refuses
     // (argument_error) an SRQ with receives pending in another live dispatcher.
-    void route_from(shared_receive_queue& srq);
+    void route_from(rdmacxx::shared_receive_queue& srq);
+    // Whether an operation posted to `qp` (a receive posted to `srq`, an operation whose
+    // completion arrives on `cq`) is pending here.
+    [[nodiscard]] bool routes(ibv_qp* qp) const noexcept;
+    [[nodiscard]] bool routes(ibv_srq* srq) const noexcept;
+    [[nodiscard]] bool routes(ibv_cq* cq) const noexcept;
+    // Keeps `object` until the dispatcher is destroyed (an io::completion_queue let go of while
+    // operations complete on its CQ).
+    void keep(std::shared_ptr<void> object) { kept_.push_back(std::move(object)); }
     /// @endcond
 
     /// The executor.
@@ -381,8 +390,6 @@ private:
     std::size_t drop_qp(ibv_qp* qp) noexcept;
     void drop_cq(ibv_cq* cq) noexcept;
     void abort_now(std::uint32_t i) noexcept;
-    [[nodiscard]] bool routes(ibv_qp* qp) const noexcept;
-    [[nodiscard]] bool routes(ibv_srq* srq) const noexcept;
 
     // The channel, wherever it has moved to.
     completion_channel& channel() const { return channel_.get("completion dispatcher", "completion channel"); }
@@ -607,6 +614,7 @@ private:
     // Handlers a sweep runs inline before it lets the io_context's other handlers run.
     static constexpr unsigned inline_budget = 64;
     static constexpr char const* who = "a completion dispatcher";
+    std::vector<std::shared_ptr<void>> kept_; // keep(): destroyed first, once the dispatcher is orphaned
 };
 
 } // namespace io

@@ -41,7 +41,7 @@ void completion_dispatcher::route_from(QP& qp, ibv_cq* cq) {
     w.set(anchor_.cell().erased(), &on_qp_destroyed);
 }
 
-inline void completion_dispatcher::route_from(shared_receive_queue& srq) {
+inline void completion_dispatcher::route_from(rdmacxx::shared_receive_queue& srq) {
     rdmacxx::detail::destruction_watch& w = srq.destruction_watch();
     if (w.watcher() == anchor_.identity()) [[likely]]
         return;
@@ -115,6 +115,11 @@ inline void completion_dispatcher::abort_now(std::uint32_t i) noexcept {
 inline bool completion_dispatcher::routes(ibv_qp* qp) const noexcept {
     for (std::uint32_t i = 0; i < slots_.size(); ++i)
         if (slots_[i].qp == qp && slots_.taken(i)) return true;
+    return false;
+}
+inline bool completion_dispatcher::routes(ibv_cq* cq) const noexcept {
+    for (std::uint32_t i = 0; i < slots_.size(); ++i)
+        if (slots_[i].cq == cq && slots_.taken(i)) return true;
     return false;
 }
 inline bool completion_dispatcher::routes(ibv_srq* srq) const noexcept {

@@ -78,8 +78,8 @@ struct op_holder {
     using work_type = std::conditional_t<one_type, work_executor, net::executor_work_guard<work_executor>>;
 
     Handler handler;
+    bool tracked = true; // before `work`, whose initializer clears it
     work_type work;
-    bool tracked = true;
 
     op_holder(Handler&& h, Executor const& ex) : handler(std::move(h)), work(make_work(handler, ex, tracked)) {}
 

@@ -110,14 +110,14 @@ public:
         ibv_qp* qp = nullptr; // an SRQ's receive names no QP and no CQ, but its SRQ
         ibv_cq* cq = nullptr;
         ibv_srq* srq = nullptr;
-        if constexpr (!std::is_same_v<Target, shared_receive_queue>) {
+        if constexpr (!std::is_same_v<Target, rdmacxx::shared_receive_queue>) {
             qp = target_->native_handle();
             cq = qp != nullptr ? qp->recv_cq : nullptr;
         } else {
             srq = target_->native_handle();
         }
         start<completer<false>>(*d_, handler, qp, cq, srq, [&](std::uint64_t tag) {
-            if constexpr (!std::is_same_v<Target, shared_receive_queue>) {
+            if constexpr (!std::is_same_v<Target, rdmacxx::shared_receive_queue>) {
                 if (qp == nullptr) [[unlikely]]
                     rdmacxx::detail::throw_argument("async_recv on a moved-from queue pair (it holds no QP)");
                 d_->route_from(*target_, cq);
@@ -237,14 +237,17 @@ auto async_recv(completion_dispatcher& d, rdmacxx::queue_pair<Transport, Complet
 /// it, from whichever QP (`qp_num()` says which), as `async_recv` on a QP. Receives in an SRQ are
 /// not flushed when a QP goes: they wait for the next message. Cancelling one waits for that
 /// message too, under either `cancel_mode` (an SRQ has no QP to move to ERR). The CQ of the QPs
-/// on `srq` must be added to `d`. No token: `default_token_t`.
+/// on `srq` must be added to `d`; an SRQ with receives pending in another live dispatcher is
+/// refused (`argument_error`, EINVAL). Destroyed once no QP uses it, the SRQ tells `d`: its
+/// pending receives complete with `asio::error::operation_aborted`. No token: `default_token_t`.
 /// Thread-safety: on `d`'s executor only; from a thread while another is inside `d`:
 /// `io::thread_error` (with the thread check, thread_rule.hpp).
 /// @see ibv_post_srq_recv(3)
 template <recv_work_request Recv, class Token = default_token_t>
-auto async_recv(completion_dispatcher& d, shared_receive_queue& srq, Recv const& r, Token&& token = default_token_t{}) {
+auto async_recv(completion_dispatcher& d, rdmacxx::shared_receive_queue& srq, Recv const& r,
+                Token&& token = default_token_t{}) {
     return net::async_initiate<Token, void(error_code, work_completion)>(
-        detail::initiate_recv<shared_receive_queue>{d, srq}, token, r);
+        detail::initiate_recv<rdmacxx::shared_receive_queue>{d, srq}, token, r);
 }
 
 /// Waits for completions of `cq` (added to `d` as `cq_mode::batch`) and completes with how
