@@ -165,9 +165,10 @@ awaitable<void> client(cm::address const& to, settings const& opt, result& r, st
         rxa::cm_engine_for(ex), to, {.caps = {.max_send_wr = opt.depth, .max_recv_wr = 1}}, {}, use_awaitable);
     auto const region = cm::from_private_data<rx::remote_span<std::byte>>(made->peer_private_data());
     if (region.size() < opt.region) throw std::runtime_error("the server's region is smaller than -S");
+    std::vector<std::byte> local(std::size_t{opt.depth} * opt.chunk); // outlives the connection
     rxa::connection<rx::rc> c{ex, std::move(*made)};
-    std::vector<std::byte> local(std::size_t{opt.depth} * opt.chunk);
-    auto mr = c->pd().register_memory(std::span{local}, rx::access::local_write);
+    // Registered through the connection, which deregisters it after its QP, before its PD.
+    rx::memory_region& mr = c->register_memory(std::span{local}, rx::access::local_write);
     ::asio::steady_timer wake{ex, std::chrono::steady_clock::time_point::max()};
     reading k{c, region, local, mr, opt, r, std::move(kill), opt.region / opt.chunk, 0, {}, opt.depth, wake};
     for (std::uint32_t s = 0; s < opt.depth; ++s)

@@ -9,13 +9,17 @@
 #include "asio_fixture.hpp"
 #include "fixture.hpp"
 
+#include "rdmacxx/checked.hpp"
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <optional>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -339,4 +343,74 @@ TEST_CASE("asio I/O objects: a completion queue destroyed while a receive of its
     CHECK(bytes == 48);
     CHECK(std::equal(in.bytes_.begin(), in.bytes_.begin() + 48, out.bytes_.begin()));
     CHECK(d_b.in_flight() == 0);
+}
+
+namespace {
+std::atomic<int> in_flight_reports{0};
+void count_in_flight(rx::in_flight_error const&) noexcept { ++in_flight_reports; }
+
+// A self-contained connection (`Completion` CQ of its own) held as an io::connection, with a
+// receive pending into a region the connection keeps (register_memory), destroyed: the receive
+// completes, aborted, after the QP is gone; a checked connection's QP drains its request before
+// the region goes, so nothing is reported in flight.
+template <class Completion>
+void self_contained_teardown() {
+    ::asio::io_context io;
+    auto const ex = io.get_executor();
+    rxa::cm_acceptor<rx::rc> acceptor{ex, test::device_address(0)};
+    rx::cm::connection_options opt;
+    opt.deadlines.event = 10s;
+    std::optional<rx::cm::connection<rx::rc, rx::event_driven>> server;
+    std::optional<rxa::connection<rx::rc, Completion>> client;
+    std::exception_ptr failure;
+    auto keep = [&failure](std::exception_ptr e) {
+        if (e && !failure) failure = e;
+    };
+    ::asio::co_spawn(
+        io,
+        [&]() -> ::asio::awaitable<void> {
+            auto c = co_await rxa::async_accept<rx::event_driven>(acceptor, opt, {}, {}, ::asio::use_awaitable);
+            server.emplace(std::move(*c));
+        },
+        keep);
+    ::asio::co_spawn(
+        io,
+        [&]() -> ::asio::awaitable<void> {
+            auto const to = rx::cm::address::resolve(test::device_ip(), acceptor.port());
+            auto c = co_await rxa::async_connect<rx::rc, Completion>(rxa::cm_engine_for(ex), to, opt, {},
+                                                                     ::asio::use_awaitable);
+            client.emplace(ex, std::move(*c));
+        },
+        keep);
+    run_until(
+        io, [&] { return (server && client) || failure; }, 30s);
+    if (failure) std::rethrow_exception(failure);
+    std::vector<std::byte> memory(256); // outlives the connection, which keeps its registration
+    rx::memory_region& mr = (*client)->register_memory(std::span{memory}, rx::access::local_write);
+    int calls = 0;
+    bool gone = false;
+    client->async_recv(rx::recv{mr.span()}, [&](std::error_code ec, rx::work_completion) {
+        CHECK(test::aborted(ec));
+        CHECK(gone);
+        ++calls;
+    });
+    rxa::completion_dispatcher& d = client->dispatcher();
+    CHECK(d.in_flight() == 1);
+    if constexpr (!std::is_same_v<Completion, rx::event_driven>) CHECK(mr.in_flight() == 1); // the ledger sees it
+    int const before = in_flight_reports.load();
+    client.reset(); // the QP, then the region, then the connection's PD, CQ and channel
+    gone = true;
+    run_until(
+        io, [&] { return calls == 1; }, 20s);
+    CHECK(in_flight_reports.load() == before);
+    server.reset();
+}
+} // namespace
+
+TEST_CASE("asio I/O objects: a self-contained connection with a receive pending into a region it keeps goes "
+          "without a report, its receive aborted") {
+    auto const previous = rx::set_in_flight_handler(&count_in_flight);
+    SUBCASE("event_driven") { self_contained_teardown<rx::event_driven>(); }
+    SUBCASE("checked<event_driven>") { self_contained_teardown<rx::checked<rx::event_driven>>(); }
+    (void)rx::set_in_flight_handler(previous);
 }

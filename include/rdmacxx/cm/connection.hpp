@@ -14,6 +14,7 @@
 #include "rdmacxx/cm/resources.hpp"
 #include "rdmacxx/cq.hpp"
 #include "rdmacxx/detail/callback.hpp"
+#include "rdmacxx/memory.hpp"
 #include "rdmacxx/ownership.hpp"
 #include "rdmacxx/pd.hpp"
 #include "rdmacxx/post_policy.hpp"
@@ -180,6 +181,7 @@ public:
             id_.destroy_qp(*own_qp_);
             own_qp_.reset();
         }
+        own_regions_.clear(); // after the QP (see register_memory), before a PD of its own
         peer_ah_.reset();
         own_cq_.reset();
         own_comp_channel_.reset();
@@ -203,6 +205,21 @@ public:
     /// The protection domain: register the memory you post here.
     /// @throws orphaned_error when it was borrowed and was destroyed.
     [[nodiscard]] protection_domain& pd() { return pd_.get("connection", "protection domain"); }
+    /// Registers `memory` (which must outlive the connection) in its PD with `rights`, and keeps
+    /// the region: it is deregistered when the connection goes, after its QP — a `checked` QP
+    /// drains its requests as it goes, so none in flight names the region then — and before a PD
+    /// the connection owns. For a self-contained connection, whose PD goes with it, this is the
+    /// region that outlives the QP; with a QP you created, destroy it first. The reference stays
+    /// valid while the connection lives, moves included.
+    /// @throws as `protection_domain::register_memory`; orphaned_error when a borrowed PD was
+    ///         destroyed; std::bad_alloc
+    /// @see ibv_reg_mr(3)
+    template <class T>
+    memory_region& register_memory(std::span<T> memory, access rights) {
+        auto region = std::make_unique<memory_region>(pd().register_memory(memory, rights));
+        own_regions_.push_back(std::move(region));
+        return *own_regions_.back();
+    }
     /// The SRQ the QP takes its receive buffers from; null when it has its own receive queue.
     /// @throws orphaned_error when the SRQ was destroyed.
     [[nodiscard]] shared_receive_queue* srq() const { return srq_.get_optional("connection", "SRQ"); }
@@ -401,6 +418,7 @@ private:
     std::unique_ptr<completion_channel> own_comp_channel_;
     std::unique_ptr<completion_queue<Completion>> own_cq_;
     std::unique_ptr<queue_pair<Transport, Completion>> own_qp_;
+    std::vector<std::unique_ptr<memory_region>> own_regions_; // register_memory: deregistered after the QP
     // What the connection uses, owned or borrowed, through their cells (see docs/ownership.md):
     // followed when the caller moves them, refused (orphaned_error) when the caller destroyed
     // them; empty when there is none (no CQs for a QP you created, no SRQ, no channel).
