@@ -30,7 +30,8 @@
 ///   `async_receive`, a receive to bound by a timer;
 /// - rdmacxx/asio/cm_engine.hpp: `cm_engine` (the Asio driver of the CM engine), `cm_engine_for`
 ///   (the context's own, `cm_engine_service`), `cm_acceptor`, `async_connect`, `async_accept`;
-/// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events);
+/// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events),
+///   `async_events_for` (a device's stream owned by the context, `async_event_service`);
 /// - rdmacxx/asio/thread_rule.hpp: `thread_error`, the refusal of a second thread;
 /// - rdmacxx/asio/descriptor.hpp: the duplicated descriptors they wait on (internal);
 /// - rdmacxx/asio/op_slot.hpp, rdmacxx/asio/post_pool.hpp: the dispatcher's operation slots and

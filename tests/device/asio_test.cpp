@@ -629,7 +629,9 @@ TEST_CASE("asio: device async events arrive through async_wait") {
     a.connect(port, b.local_endpoint(port));
     b.connect(port, a.local_endpoint(port));
     ::asio::io_context io;
-    rxa::async_event_stream events{io.get_executor(), ctx};
+    // The device's stream, owned by the io_context (the same one for every lookup).
+    rxa::async_event_stream& events = rxa::async_events_for(io.get_executor(), ctx);
+    CHECK(&events == &rxa::async_events_for(io.get_executor(), ctx));
     std::optional<rx::async_event> got;
     std::error_code got_ec;
     ::asio::steady_timer bound{io, 10s};

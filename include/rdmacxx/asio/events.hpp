@@ -2,7 +2,8 @@
 /// @file
 /// The Asio adapter's device async events: `async_event_stream` wraps a context's async event
 /// descriptor in an `asio::posix::stream_descriptor`, and `async_wait` on it completes with the
-/// next `async_event` (port state changes, CQ overflow, a QP's fatal error, SRQ limit, …).
+/// next `async_event` (port state changes, CQ overflow, a QP's fatal error, SRQ limit, …);
+/// `async_events_for(ex, ctx)` is the device context's stream owned by the execution context.
 
 #include "rdmacxx/asio/completion.hpp"
 #include "rdmacxx/asio/descriptor.hpp"
@@ -10,12 +11,15 @@
 #include "rdmacxx/async.hpp"
 #include "rdmacxx/context.hpp"
 #include "rdmacxx/error.hpp"
+#include "rdmacxx/ownership.hpp"
 
 #include <unistd.h>
 
+#include <memory>
 #include <optional>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace rdmacxx {
 inline namespace v0 {
@@ -48,6 +52,68 @@ private:
     async_event_queue queue_;
     net::posix::stream_descriptor descriptor_;
 };
+
+/// The async event streams of one execution context, one per device context
+/// (`async_events_for`): a device's async events have one reader, and this is it. Made on first
+/// use, destroyed with the execution context (`shutdown()`); a stream whose device context was
+/// closed is dropped at the next lookup. Thread-safety: the context's own thread only.
+/// @see asio::use_service, ibv_get_async_event(3)
+class async_event_service final : public net::execution_context::service {
+public:
+    /// The service's identity in its context (Asio's `use_service`).
+    static inline net::execution_context::id id; // NOLINT(readability-identifier-naming): Asio's name
+
+    /// The service of `c` (made by `use_service`). (Asio's `service::context()` hides the name
+    /// `context` in here: the device context is `rdmacxx::context`.)
+    explicit async_event_service(net::execution_context& c) : net::execution_context::service(c) {}
+
+    /// The stream of `ctx`: the one made before, or a new one on `ex`.
+    /// @throws as `async_event_stream`'s constructor; std::bad_alloc
+    async_event_stream& stream_for(net::any_io_executor const& ex, rdmacxx::context& ctx) {
+        std::vector<entry> gone; // out of the list before they are destroyed (their waits abort)
+        for (auto it = entries_.begin(); it != entries_.end();) {
+            if (follow(it->ctx.get()) == nullptr) {
+                gone.push_back(std::move(*it));
+                it = entries_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        gone.clear();
+        for (entry const& e : entries_)
+            if (follow(e.ctx.get()) == &ctx) return *e.stream;
+        auto stream = std::make_unique<async_event_stream>(ex, ctx);
+        entries_.push_back({ctx.anchor_cell().erased(), std::move(stream)});
+        return *entries_.back().stream;
+    }
+
+private:
+    void shutdown() override {
+        std::vector<entry> gone = std::move(entries_);
+        entries_.clear();
+        gone.clear();
+    }
+    static rdmacxx::context* follow(void const* cell) noexcept {
+        return rdmacxx::detail::link<rdmacxx::context>::follow(cell);
+    }
+
+    struct entry {
+        std::shared_ptr<void const> ctx; // the device context's cell: null once it is closed
+        std::unique_ptr<async_event_stream> stream;
+    };
+    std::vector<entry> entries_;
+};
+
+/// The async event stream of `ctx` in `ex`'s execution context (`async_event_service`): made on
+/// first use, owned by the context, the same one for every later call with that device context.
+/// `co_await rxa::async_wait(rxa::async_events_for(ex, ctx), use_awaitable)`. The device context
+/// must outlive the waits on it.
+/// @throws as `async_event_service::stream_for`
+template <class Executor>
+async_event_stream& async_events_for(Executor const& ex, context& ctx) {
+    net::execution_context& c = net::query(ex, net::execution::context);
+    return net::use_service<async_event_service>(c).stream_for(net::any_io_executor{ex}, ctx);
+}
 
 namespace detail {
 /// `co_await` on an async event wait throws the library's exception (completion.hpp).
