@@ -28,6 +28,8 @@
 /// - rdmacxx/asio/operations.hpp: `async_post`, `chain`, `async_recv`, `async_wait` (a CQ batch);
 /// - rdmacxx/asio/receive_pool.hpp: `receive_pool` (receives kept posted) and its
 ///   `async_receive`, a receive to bound by a timer;
+/// - rdmacxx/asio/loan.hpp: `loan`, memory lent to a peer through a type 2 window whose wait for
+///   the peer's notice revokes the window by itself when it ends without one (a timeout);
 /// - rdmacxx/asio/cm_engine.hpp: `cm_engine` (the Asio driver of the CM engine), `cm_engine_for`
 ///   (the context's own, `cm_engine_service`), `cm_acceptor`, `async_connect`, `async_accept`;
 /// - rdmacxx/asio/events.hpp: `async_event_stream` and its `async_wait` (device async events),
@@ -45,6 +47,7 @@
 #include "rdmacxx/asio/descriptor.hpp"
 #include "rdmacxx/asio/dispatcher.hpp"
 #include "rdmacxx/asio/events.hpp"
+#include "rdmacxx/asio/loan.hpp"
 #include "rdmacxx/asio/net.hpp"
 #include "rdmacxx/asio/op_slot.hpp"
 #include "rdmacxx/asio/operations.hpp"
