@@ -32,6 +32,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -122,7 +123,7 @@ public:
         : ex_(std::move(ex)), channel_(channel.anchor_cell()), descriptor_(ex_), slots_(opt.max_operations),
           anchor_(this),
           pool_(std::make_shared<detail::post_pool>(slots_.size() + 4, &net::query(ex_, net::execution::context))),
-          cancel_(opt.cancel) {
+          cancel_(opt.cancel), io_(detail::owner_executor(pool_, ex_)) {
         channel.set_nonblocking();
         detail::assign_duplicate(descriptor_, channel.fd(), "for the completion dispatcher's descriptor");
     }
@@ -137,7 +138,7 @@ public:
           reading_(std::exchange(other.reading_, false)), sweep_queued_(std::exchange(other.sweep_queued_, false)),
           thread_(std::move(other.thread_)), backlog_(other.backlog_),
           backlog_at_(std::exchange(other.backlog_at_, 0U)), backlog_end_(std::exchange(other.backlog_end_, 0U)),
-          kept_(std::move(other.kept_)) {}
+          kept_(std::move(other.kept_)), io_(other.io_) {}
     /// Destroys its pending handlers without calling them and closes its descriptor, as the
     /// destructor does, then takes over `other`'s as the move constructor does; self-move is a
     /// no-op.
@@ -154,7 +155,7 @@ public:
         for (std::uint32_t i = 0; i < slots_.size(); ++i) {
             detail::op_slot& s = slots_[i];
             if (s.cancel.is_connected()) s.cancel.clear();
-            if (s.invoke != nullptr) s.invoke(s, nullptr, false, pool_);
+            if (s.invoke != nullptr) s.invoke(s, nullptr, false, delivery());
         }
         detail::net_error_code ignored;
         descriptor_.close(ignored);
@@ -303,7 +304,7 @@ public:
         // The handler is moved out and the slot's copy destroyed before it runs. Not posted, it runs
         // inline when its executor is running in this thread (net::dispatch): it may start the next
         // operation, destroy or move the dispatcher — nothing of the dispatcher is touched after.
-        invoke(slots_[index], &r, posted, pool_);
+        invoke(slots_[index], &r, posted, delivery());
     }
 
     // A pending operation whose work never reached the device: completed with `ec` (and the
@@ -317,7 +318,7 @@ public:
     // returns). Called when an operation starts (its request is posted).
     void watch() {
         if (sweep_queued_ || sweeping_) return;
-        detail::post_from(pool_, ex_, [self = anchor_.cell()] { sweep(self, true); });
+        delivery().post([self = anchor_.cell()] { sweep(self, true); });
         sweep_queued_ = true; // once queued (posting may throw): the sweep runs after this returns
     }
 
@@ -335,7 +336,7 @@ public:
                 fail_all(std::make_error_code(std::errc::io_error));
                 return;
             }
-            detail::post_from(pool_, ex_, [self = anchor_.cell()] {
+            delivery().post([self = anchor_.cell()] {
                 completion_dispatcher* const d = self.get_if();
                 if (d == nullptr) return;
                 auto const inside = d->thread_.enter(who);
@@ -566,7 +567,8 @@ private:
             wc.status() == IBV_WC_WR_FLUSH_ERR)
             ec = io::detail::operation_aborted();
         index = i;
-        r = detail::op_result{ec, wc, 0};
+        r.ec = ec; // the sweep's result holds nothing else
+        r.wc = wc;
         return true;
     }
 
@@ -617,6 +619,11 @@ private:
     static constexpr unsigned inline_budget = 64;
     static constexpr char const* who = "a completion dispatcher";
     std::vector<std::shared_ptr<void>> kept_; // keep(): destroyed first, once the dispatcher is orphaned
+    // ex_'s io_context executor when it is one of the pool's owner (delivery()).
+    std::optional<net::io_context::executor_type> io_;
+
+    // Where its completions and sweeps go.
+    [[nodiscard]] detail::delivery delivery() const noexcept { return {pool_, ex_, io_ ? &*io_ : nullptr}; }
 };
 
 } // namespace io

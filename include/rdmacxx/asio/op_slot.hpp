@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -43,12 +44,37 @@ struct op_result {
     net::cancellation_slot delivery{};
 };
 
+/// Where a dispatcher's completions go: the pool its posted handlers are allocated from, its
+/// executor, and that executor's `io_context` executor when it is one of the pool's owner (held
+/// directly or in an `asio::any_io_executor`; found once, when the dispatcher is made), so that a
+/// handler on the dispatcher's own executor is run or posted without a type-erased lookup.
+struct delivery {
+    std::shared_ptr<post_pool> const& pool;
+    net::any_io_executor const& ex;
+    net::io_context::executor_type const* io; ///< null: the executor is no `io_context`'s of the pool's owner
+
+    /// Whether a handler on the dispatcher's executor may run here and now (as `net::dispatch`
+    /// would run it inline).
+    [[nodiscard]] bool inline_here() const noexcept { return io != nullptr && io->running_in_this_thread(); }
+    /// Posts `handler`, whose executor is the dispatcher's.
+    template <class Handler>
+    void post(Handler&& handler) const {
+        if (io != nullptr)
+            post_to_owner(pool, *io, std::forward<Handler>(handler));
+        else
+            post_from(pool, ex, std::forward<Handler>(handler));
+    }
+};
+
+struct op_slot;
+/// Moves the handler of slot `s` out, destroys the slot's copy and, when `r` is non-null,
+/// completes it with `*r` (run inline when its executor runs in this thread, else posted; always
+/// posted when `posted`).
+using invoke_fn = void (*)(op_slot& s, op_result const* r, bool posted, delivery const& to);
+
 /// One slot of the pool: the type-erased handler of one operation and its tag's generation.
 struct op_slot {
     enum class state : std::uint8_t { free, pending, cancelled };
-    /// Moves the handler out, destroys the slot's copy and, when `r` is non-null, completes it
-    /// with `*r` (dispatched to its executor, or posted, from `pool`, when `posted`).
-    using invoke_fn = void (*)(op_slot&, op_result const* r, bool posted, std::shared_ptr<post_pool> const& pool);
     invoke_fn invoke = nullptr;
     net::cancellation_slot cancel{};
     ibv_qp* qp = nullptr;   ///< the QP it posted to (null: an SRQ receive, a batch wait)
@@ -65,8 +91,9 @@ struct op_slot {
 /// dispatcher's own executor needs none: while an operation is pending the dispatcher has a
 /// wait on its descriptor or a sweep queued, which keep its context's `run()` going. So a
 /// handler whose executor is the dispatcher's, held in the same type (an `any_io_executor`:
-/// `use_awaitable`'s, a plain callback's), keeps it untracked (no work counted, no tracked
-/// copy); any other executor (a strand, another context, `use_future`'s) is tracked.
+/// `use_awaitable`'s, a plain callback's), keeps nothing (`work` empty; it completes through the
+/// dispatcher's `delivery`); any other executor (a strand, another context, `use_future`'s) is
+/// tracked.
 template <class Handler, class Executor>
 struct op_holder {
     using work_executor = net::associated_executor_t<Handler, Executor>;
@@ -78,25 +105,16 @@ struct op_holder {
     using work_type = std::conditional_t<one_type, work_executor, net::executor_work_guard<work_executor>>;
 
     Handler handler;
-    bool tracked = true; // before `work`, whose initializer clears it
-    work_type work;
+    std::optional<work_type> work; // empty: the handler's executor is the dispatcher's own
 
-    op_holder(Handler&& h, Executor const& ex) : handler(std::move(h)), work(make_work(handler, ex, tracked)) {}
-
-private:
-    static work_type make_work(Handler const& h, Executor const& ex, bool& tracked) {
-        work_executor w = net::get_associated_executor(h, ex);
-        if constexpr (one_type) {
-            if constexpr (std::is_same_v<work_executor, Executor>) {
-                if (w == ex) {
-                    tracked = false;
-                    return w;
-                }
-            }
-            return work_executor(net::prefer(w, net::execution::outstanding_work.tracked));
-        } else {
-            return work_type(std::move(w));
-        }
+    op_holder(Handler&& h, Executor const& ex) : handler(std::move(h)) {
+        work_executor w = net::get_associated_executor(handler, ex);
+        if constexpr (std::is_same_v<work_executor, Executor>)
+            if (w == ex) return;
+        if constexpr (one_type)
+            work.emplace(net::prefer(w, net::execution::outstanding_work.tracked));
+        else
+            work.emplace(std::move(w));
     }
 };
 
@@ -112,26 +130,54 @@ struct bound_handler {
 
 /// Binds an `op_result` to the handler as its arguments: `(io::error_code, T)`, or for an
 /// `as_exception` handler `(std::exception_ptr, T)` with the library's exception (completion.hpp);
-/// T is the work completion, or for a batch wait the number of completions taken.
+/// T is the work completion, or for a batch wait the number of completions taken. `call` calls
+/// the handler with them at once.
 template <bool Batch>
 struct completer {
     template <class Handler>
     static auto bind(Handler&& h, op_result const& r) {
-        auto second = [&] {
-            if constexpr (Batch)
-                return r.count;
-            else
-                return r.wc;
-        }();
+        auto second = value(r);
         using outcome = outcome_for<std::decay_t<Handler>>;
         auto first = outcome::first(r.ec, second, [&] { return r.ex; });
         return bound_handler<typename outcome::handler_type, typename outcome::first_type, decltype(second)>{
             outcome::unwrap(h), std::move(first), second};
     }
+    template <class Handler>
+    static void call(Handler& h, op_result const& r) {
+        using outcome = outcome_for<std::decay_t<Handler>>;
+        auto&& second = value(r);
+        outcome::unwrap(h)(outcome::first(r.ec, second, [&] { return r.ex; }), second);
+    }
+
+private:
+    static decltype(auto) value(op_result const& r) {
+        if constexpr (Batch)
+            return r.count;
+        else
+            return (r.wc);
+    }
 };
 
+/// Completes `h` with `r` on the dispatcher's own executor: at once when it runs in this thread
+/// and the completion need not be posted, posted otherwise.
+template <class Completer, class Handler>
+void complete_home(Handler& h, op_result const& r, bool posted, delivery const& to) {
+    if constexpr (requires { Completer::call(h, r); }) {
+        if (!posted && to.inline_here()) {
+            Completer::call(h, r);
+            return;
+        }
+    } else {
+        if (!posted && to.inline_here()) {
+            Completer::bind(std::move(h), r)();
+            return;
+        }
+    }
+    to.post(Completer::bind(std::move(h), r));
+}
+
 template <class Handler, class Executor, class Completer>
-void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<post_pool> const& pool) {
+void invoke_slot(op_slot& s, op_result const* r, bool posted, delivery const& to) {
     using holder = op_holder<Handler, Executor>;
     constexpr bool in_place = sizeof(holder) <= op_storage_bytes && alignof(holder) <= alignof(std::max_align_t);
     holder* stored = nullptr;
@@ -142,8 +188,7 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
     Handler h{std::move(stored->handler)};
     // The work is kept until the completion is queued: the io_context must not run out of work
     // (and stop) in between.
-    auto work{std::move(stored->work)};
-    bool const tracked = stored->tracked;
+    std::optional<typename holder::work_type> work{std::move(stored->work)};
     if constexpr (in_place) {
         stored->~holder();
     } else {
@@ -155,21 +200,20 @@ void invoke_slot(op_slot& s, op_result const* r, bool posted, std::shared_ptr<po
     }
     s.invoke = nullptr;
     if (r == nullptr) return;
+    if (!work) {
+        complete_home<Completer>(h, *r, posted, to); // the dispatcher's own executor
+        return;
+    }
     auto deliver = [&](auto const& ex) {
         if (posted)
-            post_from(pool, ex, Completer::bind(std::move(h), *r));
+            post_from(to.pool, ex, Completer::bind(std::move(h), *r));
         else
-            dispatch_from(pool, ex, Completer::bind(std::move(h), *r));
+            dispatch_from(to.pool, ex, Completer::bind(std::move(h), *r));
     };
-    if constexpr (holder::one_type) {
-        if (!tracked)
-            deliver(work); // the dispatcher's own executor
-        else               // the handler's own, as it was given (`work` keeps the count until the end)
-            deliver(typename holder::work_executor(net::prefer(work, net::execution::outstanding_work.untracked)));
-    } else {
-        (void)tracked;
-        deliver(work.get_executor());
-    }
+    if constexpr (holder::one_type) // the handler's own, as it was given (`work` keeps the count until the end)
+        deliver(typename holder::work_executor(net::prefer(*work, net::execution::outstanding_work.untracked)));
+    else
+        deliver(work->get_executor());
 }
 
 } // namespace io::detail

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -145,6 +146,30 @@ void with_io_executor(Executor const& ex, OnIo&& on_io, Other&& other) {
     }
 }
 
+/// Posts `handler` to `io`, an executor of the pool's owner: the queued operation is allocated
+/// from `pool`, and the handler runs bound to `io` itself (no type-erased hop, which would allocate).
+template <class Handler>
+void post_to_owner(std::shared_ptr<post_pool> const& pool, net::io_context::executor_type const& io,
+                   Handler&& handler) {
+    net::post(io, net::bind_executor(io, net::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
+}
+
+/// The executor of the pool's owner that `ex` is or holds (untracked), or null when it is none
+/// (another `io_context`'s, a strand, a thread pool's): where `post_to_owner` may post.
+template <class Executor>
+[[nodiscard]] std::optional<net::io_context::executor_type> owner_executor(std::shared_ptr<post_pool> const& pool,
+                                                                           Executor const& ex) {
+    std::optional<net::io_context::executor_type> found;
+    with_io_executor(
+        ex,
+        [&](auto const& io) {
+            if (static_cast<net::execution_context const*>(&io.context()) == pool->owner())
+                found.emplace(net::prefer(io, net::execution::outstanding_work.untracked));
+        },
+        [] {});
+    return found;
+}
+
 /// Posts `handler` to `ex`. On an executor of the pool's owner (an `io_context`'s executor, held
 /// directly or in an `asio::any_io_executor`, untracked or tracking outstanding work, as a
 /// coroutine's is) the queued operation is allocated from `pool`, and the handler runs bound to
@@ -159,8 +184,8 @@ void post_from(std::shared_ptr<post_pool> const& pool, Executor const& ex, Handl
             if (static_cast<net::execution_context const*>(&io.context()) != pool->owner())
                 net::post(io, std::forward<Handler>(handler));
             else
-                net::post(io, net::bind_executor(
-                                  io, net::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
+                post_to_owner(pool, net::prefer(io, net::execution::outstanding_work.untracked),
+                              std::forward<Handler>(handler));
         },
         [&] { net::post(ex, std::forward<Handler>(handler)); });
 }

@@ -133,7 +133,7 @@ public:
     /// Frees slot `i`, taken, and returns how to complete its operation: the handler is still in
     /// the slot's storage, to be moved out by that function before anything can take the slot
     /// again. Its cancellation slot is cleared.
-    [[nodiscard]] op_slot::invoke_fn release(std::uint32_t i) noexcept {
+    [[nodiscard]] invoke_fn release(std::uint32_t i) noexcept {
         op_slot& s = slots_[i];
         if (s.cancel.is_connected()) s.cancel.clear();
         s.cancel = {};

@@ -60,6 +60,9 @@ public:
 #if RDMACXX_ASIO_THREAD_CHECK
             if (!rule.inside_) return; // a moved-from object: nothing to guard
             std::thread::id const me = std::this_thread::get_id();
+            // Nested (the common case: an operation started by a handler the dispatcher runs): only
+            // this thread sets its own id and only its outer scope clears it, so a plain load says so.
+            if (rule.inside_->load(std::memory_order_relaxed) == me) return;
             std::thread::id inside{};
             if (rule.inside_->compare_exchange_strong(inside, me, std::memory_order_acq_rel)) {
                 held_ = rule.inside_;
