@@ -1,7 +1,7 @@
 """softroce — run a command where a real RDMA device exists.
 
 Usage:
-  tools/softroce [--timeout SECONDS] [--nodes N] [--route auto|host|module|vm]
+  tools/softroce [--timeout SECONDS] [--nodes N] [--rails R] [--route auto|host|module|vm]
                  [--keep-going] [--verbose] -- COMMAND [ARGS...]
 
 Routes (--route auto, the default, takes the first one that works):
@@ -45,11 +45,24 @@ Several nodes (--nodes N, 2 <= N <= 4; route vm only):
   sends; `tc qdisc del dev eth0 root` removes it); `ssh node2 'echo o >/proc/sysrq-trigger'`
   powers node 2 off.
 
+Several rails (--rails 2; route vm only): every node gets R RDMA devices (rails), each on
+a network of its own, as nodes with several NICs have. Rail R's device is rxeR with address
+198.18.R.K on node K: on one node rxeR sits on a dummy interface rxcxxR (each device reaches
+itself only: Soft-RoCE does not carry traffic between two devices of one host), between several
+nodes on ethR, the NIC on rail R's own vde_switch. A fault on one rail only:
+`ssh node2 'ip link set eth1 down'` (rxe1 there goes DOWN: its port's async event
+IBV_EVENT_PORT_ERR; back up, IBV_EVENT_PORT_ACTIVE), or on one node `ip link set rxcxx1 down`.
+One rail (the default) is exactly the single-NIC run.
+
 COMMAND sees:
   RDMACXX_DEVICE          the device to use (rxe0, or the host's first device)
   RDMACXX_ADDR            an IPv4 address on that device's netdev ("" if it has none)
   RDMACXX_SOFTROCE_ROUTE  host, module or vm
+  RDMACXX_RAILS           the number of rails (1 unless --rails)
+  RDMACXX_DEVICES         this node's devices, one per rail (rxe0, or rxe0,rxe1)
+  RDMACXX_ADDRS           this node's address on each rail (198.18.0.K, or 198.18.0.K,198.18.1.K)
   RDMACXX_NODES           several nodes: their addresses, 198.18.0.1,198.18.0.2,...
+                          (on rail R: 198.18.R.1,198.18.R.2,...)
   RDMACXX_NODE            several nodes: this node's number (1 for COMMAND)
   RDMACXX_SSH             several nodes: ssh wrapper for the run's keys (also `ssh` in PATH)
   OMPI_MCA_plm_rsh_agent  several nodes: the same wrapper, for mpirun
@@ -62,6 +75,7 @@ go to stderr, prefixed "softroce:".
 Options:
   --timeout SECONDS  bound on the whole run (default 1800)
   --nodes N          number of nodes, 1 (default) to 4; more than 1 means route vm
+  --rails R          RDMA devices (rails) per node, 1 (default) or 2; more than 1 means route vm
   --route R          auto (default), host, module or vm
   --keep-going       auto mode: when a route passed its probe (a device listed;
                      modprobe rdma_rxe works) but setting it up then failed, clean up
@@ -127,16 +141,16 @@ import traceback
 from collections.abc import Sequence
 
 from . import routes
-from .common import (EXIT_SETUP, MAX_NODES, SIGNALS, Deadline, Exit, Options, UsageError,
-                     say)
+from .common import (EXIT_SETUP, MAX_NODES, MAX_RAILS, SIGNALS, Deadline, Exit, Options,
+                     UsageError, say)
 
-_VALUED = ("--timeout", "--nodes", "--route")
+_VALUED = ("--timeout", "--nodes", "--rails", "--route")
 
 
 def parse_args(argv: Sequence[str]) -> Options | None:
     """The command line (without the program's name); None for --help. Options end at "--"
     or at the first word that is not one. Raises UsageError."""
-    values = {"--timeout": "1800", "--nodes": "1", "--route": "auto"}
+    values = {"--timeout": "1800", "--nodes": "1", "--rails": "1", "--route": "auto"}
     keep_going = verbose = False
     i = 0
     while i < len(argv):
@@ -170,14 +184,19 @@ def parse_args(argv: Sequence[str]) -> Options | None:
     if not command:
         raise UsageError("no command given")
     timeout, nodes, route = values["--timeout"], values["--nodes"], values["--route"]
+    rails = values["--rails"]
     if not re.fullmatch(r"[1-9][0-9]*", timeout):
         raise UsageError(f"--timeout wants a positive number of seconds, not '{timeout}'")
     if not re.fullmatch(r"[1-9][0-9]*", nodes):
         raise UsageError(f"--nodes wants a positive number, not '{nodes}'")
     if route not in ("auto", "host", "module", "vm"):
         raise UsageError("--route must be auto, host, module or vm")
+    if not re.fullmatch(r"[1-9][0-9]*", rails):
+        raise UsageError(f"--rails wants a positive number, not '{rails}'")
     if int(nodes) > MAX_NODES:
         raise UsageError(f"--nodes: at most {MAX_NODES} nodes, not {nodes}")
+    if int(rails) > MAX_RAILS:
+        raise UsageError(f"--rails: at most {MAX_RAILS} rails, not {rails}")
     if int(nodes) > 1:
         # Several nodes exist only as VMs.
         if route == "auto":
@@ -185,8 +204,14 @@ def parse_args(argv: Sequence[str]) -> Options | None:
         elif route != "vm":
             raise UsageError(f"--nodes {nodes} needs route vm (several VMs on one virtual "
                              "switch)")
-    return Options(command=command, timeout=int(timeout), nodes=int(nodes), route=route,
-                   keep_going=keep_going, verbose=verbose)
+    if int(rails) > 1:
+        # So do several devices per node (the host's own devices or one module device are one).
+        if route == "auto":
+            route = "vm"
+        elif route != "vm":
+            raise UsageError(f"--rails {rails} needs route vm (a device and a network per rail)")
+    return Options(command=command, timeout=int(timeout), nodes=int(nodes), rails=int(rails),
+                   route=route, keep_going=keep_going, verbose=verbose)
 
 
 def undo_locale_coercion() -> None:

@@ -35,13 +35,30 @@ DEVICE = "rxe0"          # the Soft-RoCE device softroce creates
 IFNAME = "rxcxx0"        # route module and one VM: the dummy interface rxe0 sits on
 PREFIX = 24              # of every address softroce gives
 MAX_NODES = 4
-USAGE = ("usage: tools/softroce [--timeout S] [--nodes N] [--route auto|host|module|vm] "
+MAX_RAILS = 2            # rails per node (--rails): a device and a network of its own each
+USAGE = ("usage: tools/softroce [--timeout S] [--nodes N] [--rails R] [--route auto|host|module|vm] "
          "[--keep-going] [--verbose] -- COMMAND [ARGS...]")
 
 
 def node_addr(node: int, rail: int = 0) -> str:
     """Node NODE's address on rail RAIL: 198.18.RAIL.NODE (RFC 2544's benchmarking range)."""
     return f"198.18.{rail}.{node}"
+
+
+def rail_device(rail: int) -> str:
+    """The Soft-RoCE device of rail RAIL: rxe0, rxe1, ..."""
+    return f"rxe{rail}"
+
+
+def rail_netdev(rail: int, nodes: int) -> str:
+    """The interface rail RAIL's device sits on in a VM: a dummy one (rxcxx0, rxcxx1, ...) for
+    one node, the NIC on rail RAIL's switch (eth0, eth1, ...) between several."""
+    return f"eth{rail}" if nodes > 1 else f"rxcxx{rail}"
+
+
+def rail_list(node: int, rails: int, what) -> str:
+    """Comma-separated WHAT(rail) of node NODE's rails: RDMACXX_DEVICES, RDMACXX_ADDRS."""
+    return ",".join(what(node, r) for r in range(rails))
 
 
 def say(message: str) -> None:
@@ -273,6 +290,7 @@ class Options:
     command: list[str]
     timeout: int = 1800
     nodes: int = 1
+    rails: int = 1
     route: str = "auto"
     keep_going: bool = False
     verbose: bool = False

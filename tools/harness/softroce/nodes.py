@@ -1,7 +1,8 @@
 """Several nodes (--nodes N, route vm): N VMs booted in parallel on one vde_switch, ssh
 between them with keys and configuration made for the run, the command on node 1.
 
-Node K has rxe0 on eth0 with 198.18.0.K/24 and the names nodeK and softrocek (the run's
+Node K has rxe0 on eth0 with 198.18.0.K/24 (with --rails 2 also rxe1 on eth1, 198.18.1.K/24, on
+a second switch) and the names nodeK and softrocek (the run's
 hosts file, bound over /etc/hosts inside the VMs). Each node runs the host's sshd with the
 run's host key and guest/sshd_config.in; $RDMACXX_SSH (bin/ssh in the run folder, first in
 the command's PATH) uses guest/ssh_config.in.
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 from .common import (DEVICE, EXIT_SETUP, Deadline, Exit, Options, SetupError, need, node_addr,
-                     say)
+                     rail_device, rail_list, rail_netdev, say)
 from .console import Console
 from .kernel import GUEST_DIR, BootFiles
 from .switch import Switch
@@ -49,7 +50,7 @@ def keygen(path: Path, comment: str) -> None:
         raise SetupError("ssh-keygen failed")
 
 
-def write_ssh_files(run: Path, nodes: int, path_env: str) -> None:
+def write_ssh_files(run: Path, nodes: int, path_env: str, rails: int = 1) -> None:
     """ssh/ (a user key and one host key, both new for each run; known_hosts,
     authorized_keys, ssh_config, sshd_config.K), bin/ssh, hosts and empty."""
     ssh = run / "ssh"
@@ -68,7 +69,9 @@ def write_ssh_files(run: Path, nodes: int, path_env: str) -> None:
     for k in range(1, nodes + 1):
         (ssh / f"sshd_config.{k}").write_text(render(
             "sshd_config.in", NODE=str(k), ADDR=node_addr(k), SSH_DIR=str(ssh), PATH=path,
-            NODES=node_list(nodes), DEVICE=DEVICE, RUN=str(run)))
+            NODES=node_list(nodes), DEVICE=DEVICE, RUN=str(run), RAILS=str(rails),
+            DEVICES=rail_list(k, rails, lambda _, r: rail_device(r)),
+            ADDRS=rail_list(k, rails, node_addr)))
     wrapper = run / "bin/ssh"
     wrapper.write_text(render("ssh.in", SSH=shlex.quote(shutil.which("ssh") or "ssh"),
                               SSH_CONFIG=shlex.quote(str(ssh / "ssh_config"))))
@@ -143,15 +146,18 @@ def run_nodes(boot: BootFiles, opts: Options, deadline: Deadline) -> int:
     the run folder removed, however this ends."""
     check_tools()
     with run_folder(boot) as run:
-        write_ssh_files(run, opts.nodes, os.environ.get("PATH", ""))
-        switches = [Switch(run, "vde")]
+        write_ssh_files(run, opts.nodes, os.environ.get("PATH", ""), opts.rails)
+        # One switch per rail: rail 0's socket is vde/ as before, rail R's vdeR/.
+        switches = [Switch(run, "vde" if r == 0 else f"vde{r}") for r in range(opts.rails)]
         vms: list[Vm] = []
         try:
             for switch in switches:
                 switch.start()
             addrs = node_list(opts.nodes)
-            say(f"route vm: {opts.nodes} nodes {addrs}, each with {DEVICE} on eth0 "
-                f"(Debian kernel {boot.kver}, QEMU TCG, vde_switch)")
+            each = " and ".join(f"{rail_device(r)} on {rail_netdev(r, opts.nodes)}" for r in range(opts.rails))
+            say(f"route vm: {opts.nodes} nodes {addrs}, each with {each} "
+                f"(Debian kernel {boot.kver}, QEMU TCG, {opts.rails} vde_switch"
+                f"{'es' if opts.rails > 1 else ''})")
             up = NodesUp(opts.nodes)
             left = deadline.left()
             for k in range(opts.nodes, 0, -1):

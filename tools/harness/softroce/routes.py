@@ -31,7 +31,7 @@ def run_here(route: str, device: str, addr: str, opts: Options, deadline: Deadli
     with the caller's stdin; returns its exit status."""
     say(f"route {route}: device {device}" + (f", address {addr}" if addr else ""))
     env = dict(os.environ, RDMACXX_SOFTROCE_ROUTE=route, RDMACXX_DEVICE=device,
-               RDMACXX_ADDR=addr)
+               RDMACXX_ADDR=addr, RDMACXX_RAILS="1", RDMACXX_DEVICES=device, RDMACXX_ADDRS=addr)
     process = subprocess.Popen(["timeout", "-k", "10", str(deadline.left()), *opts.command],
                                env=env, preexec_fn=raise_memlock)
     try:

@@ -23,8 +23,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from .common import (DEVICE, EXIT_SETUP, IFNAME, PREFIX, SIGNALS, Deadline, Exit, Options,
-                     SetupError, exit_status, make_temp_dir, node_addr, say, stop_process)
+from .common import (DEVICE, EXIT_SETUP, PREFIX, SIGNALS, Deadline, Exit, Options, SetupError,
+                     exit_status, make_temp_dir, node_addr, rail_device, rail_list, rail_netdev,
+                     say, stop_process)
 from .console import Console
 from .kernel import BootFiles
 
@@ -34,7 +35,8 @@ _NOT_PASSED = re.compile(
     r"|DISPLAY|WAYLAND_DISPLAY|XAUTHORITY|XDG_RUNTIME_DIR|DBUS_SESSION_BUS_ADDRESS"
     r"|SSH_AUTH_SOCK|SSH_AGENT_PID|GPG_AGENT_INFO|TMUX|TMUX_PANE|STY"
     r"|INVOCATION_ID|JOURNAL_STREAM|NOTIFY_SOCKET|LISTEN_FDS|LISTEN_PID|LISTEN_FDNAMES"
-    r"|RDMACXX_DEVICE|RDMACXX_ADDR|RDMACXX_SOFTROCE_ROUTE")
+    r"|RDMACXX_DEVICE|RDMACXX_ADDR|RDMACXX_SOFTROCE_ROUTE|RDMACXX_RAILS|RDMACXX_DEVICES"
+    r"|RDMACXX_ADDRS")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 STOP_GRACE = 10  # seconds QEMU gets to stop on SIGTERM before SIGKILL
@@ -56,7 +58,7 @@ def keep_tmp(cwd: str) -> str:
     return "/tmp/" + cwd.split("/")[2] if cwd.startswith("/tmp/") else ""
 
 
-def params_text(run: Path, node: int, nodes: int, cwd: str) -> str:
+def params_text(run: Path, node: int, nodes: int, cwd: str, rails: int = 1) -> str:
     """The params file the guest init sources (params, or params.NODE of several nodes)."""
     uid, gid = os.geteuid(), os.getegid()
     groups = [gid] + [g for g in os.getgroups() if g != gid]
@@ -64,8 +66,12 @@ def params_text(run: Path, node: int, nodes: int, cwd: str) -> str:
         ("NONCE", run.name), ("NODE", node), ("NODES", nodes), ("NODE_NAME", f"softroce{node}"),
         ("NODE_ADDR", node_addr(node)), ("NODE_PREFIX", PREFIX),
         # a dummy interface for one node, eth0 between several
-        ("NETDEV", "eth0" if nodes > 1 else IFNAME),
-        ("DEVICE", DEVICE), ("KEEP_TMP", keep_tmp(cwd)),
+        ("NETDEV", rail_netdev(0, nodes)),
+        ("DEVICE", DEVICE),
+        # every rail's interface and address, rail 0 first (NETDEV, NODE_ADDR); its device is rxeR
+        ("RAILS", rails), ("RAIL_NETDEVS", " ".join(rail_netdev(r, nodes) for r in range(rails))),
+        ("RAIL_ADDRS", " ".join(node_addr(node, r) for r in range(rails))),
+        ("KEEP_TMP", keep_tmp(cwd)),
         ("RUN_UID", uid), ("RUN_GID", gid), ("RUN_GROUPS", ",".join(map(str, groups))),
         ("HOST_RDMA", which("rdma")), ("HOST_SETPRIV", which("setpriv")),
         ("HOST_ENV", which("env", "/usr/bin/env")), ("HOST_BASH", which("bash", "/bin/bash")),
@@ -78,7 +84,7 @@ def params_text(run: Path, node: int, nodes: int, cwd: str) -> str:
 
 
 def cmd_script(run: Path, command: Sequence[str], cwd: str, environ: Mapping[str, str],
-               nodes: int, node_list: str = "") -> str:
+               nodes: int, node_list: str = "", rails: int = 1) -> str:
     """cmd.sh: node 1 runs it with the host's bash under `env -i`: the caller's environment,
     directory and command."""
     q = shlex.quote
@@ -86,6 +92,9 @@ def cmd_script(run: Path, command: Sequence[str], cwd: str, environ: Mapping[str
     lines += [f"export {name}={q(value)}" for name, value in passed_env(environ)]
     lines.append(f"export RDMACXX_DEVICE={DEVICE} RDMACXX_ADDR={node_addr(1)} "
                  "RDMACXX_SOFTROCE_ROUTE=vm")
+    lines.append(f"export RDMACXX_RAILS={rails} "
+                 f"RDMACXX_DEVICES={rail_list(1, rails, lambda _, r: rail_device(r))} "
+                 f"RDMACXX_ADDRS={rail_list(1, rails, node_addr)}")
     if nodes > 1:
         ssh = q(f"{run}/bin/ssh")
         lines.append(f"export RDMACXX_NODE=1 RDMACXX_NODES={q(node_list)} RDMACXX_SSH={ssh} "
@@ -112,10 +121,10 @@ def write_run_files(run: Path, node: int, opts: Options, node_list: str = "") ->
                 "(keeping only the working directory's folder under /tmp): run from "
                 f"{program_tmp}, or put the program elsewhere")
     params = run / (f"params.{node}" if opts.nodes > 1 else "params")
-    params.write_text(params_text(run, node, opts.nodes, cwd))
+    params.write_text(params_text(run, node, opts.nodes, cwd, opts.rails))
     if node == 1:
         (run / "cmd.sh").write_text(
-            cmd_script(run, opts.command, cwd, os.environ, opts.nodes, node_list),
+            cmd_script(run, opts.command, cwd, os.environ, opts.nodes, node_list, opts.rails),
             errors="surrogateescape")
 
 
@@ -242,8 +251,9 @@ def run_one(boot: BootFiles, opts: Options, deadline: Deadline) -> int:
         write_run_files(run, 1, opts)
         console = Console(run.name, 1, run / "console.log", sys.stdout.buffer, opts.verbose)
         vm = Vm(1, qemu_args(boot, run, 1, 1, opts.verbose), console)
-        say(f"route vm: device {DEVICE}, address {node_addr(1)} (Debian kernel {boot.kver}, "
-            "QEMU TCG)")
+        devices = ", ".join(f"{rail_device(r)} {node_addr(1, r)}" for r in range(opts.rails))
+        say(f"route vm: device{'s' if opts.rails > 1 else ''} {devices} "
+            f"(Debian kernel {boot.kver}, QEMU TCG)")
         try:
             vm.start(deadline.left())
             while not vm.finished():

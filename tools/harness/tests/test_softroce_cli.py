@@ -46,6 +46,12 @@ class ParseArgs(unittest.TestCase):
         self.assertEqual(cli.parse_args(["--nodes", "2", "--", "true"]).route, "vm")
         self.assertEqual(cli.parse_args(["--nodes", "4", "--route", "vm", "true"]).nodes, 4)
 
+    def test_rails(self) -> None:
+        self.assertEqual(cli.parse_args(["true"]).rails, 1)
+        opts = cli.parse_args(["--rails", "2", "--", "true"])
+        self.assertEqual((opts.rails, opts.nodes, opts.route), (2, 1, "vm"))
+        self.assertEqual(cli.parse_args(["--nodes=2", "--rails=2", "true"]).rails, 2)
+
     def test_help(self) -> None:
         self.assertIsNone(cli.parse_args(["--help", "--bogus"]))
         self.assertIsNone(cli.parse_args(["-h"]))
@@ -68,6 +74,9 @@ class ParseArgs(unittest.TestCase):
             ("--route", "cloud", "true"): "--route must be auto, host, module or vm",
             ("--nodes", "2", "--route", "host", "true"): "--nodes 2 needs route vm",
             ("--nodes", "3", "--route=module", "true"): "--nodes 3 needs route vm",
+            ("--rails", "0", "true"): "--rails wants a positive number, not '0'",
+            ("--rails", "3", "true"): "--rails: at most 2 rails, not 3",
+            ("--rails", "2", "--route", "module", "true"): "--rails 2 needs route vm",
         }
         for argv, message in bad.items():
             with self.subTest(argv=argv):

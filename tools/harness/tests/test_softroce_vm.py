@@ -81,13 +81,15 @@ class RunFiles(unittest.TestCase):
         self.assertTrue(text.startswith("# softroce run parameters, read by the guest init\n"))
         self.assertEqual(list(values), [
             "NONCE", "NODE", "NODES", "NODE_NAME", "NODE_ADDR", "NODE_PREFIX", "NETDEV",
-            "DEVICE", "KEEP_TMP", "RUN_UID", "RUN_GID", "RUN_GROUPS", "HOST_RDMA",
+            "DEVICE", "RAILS", "RAIL_NETDEVS", "RAIL_ADDRS", "KEEP_TMP", "RUN_UID", "RUN_GID", "RUN_GROUPS", "HOST_RDMA",
             "HOST_SETPRIV", "HOST_ENV", "HOST_BASH"])
         self.assertEqual([values[k] for k in ("NONCE", "NODE", "NODES", "NODE_NAME",
                                               "NODE_ADDR", "NODE_PREFIX", "NETDEV", "DEVICE",
                                               "KEEP_TMP")],
                          ["run.abc123", "1", "1", "softroce1", "198.18.0.1", "24", "rxcxx0",
                           "rxe0", "''"])
+        self.assertEqual([values[k] for k in ("RAILS", "RAIL_NETDEVS", "RAIL_ADDRS")],
+                         ["1", "rxcxx0", "198.18.0.1"])
         self.assertEqual(values["RUN_UID"], str(os.geteuid()))
         self.assertEqual(values["RUN_GROUPS"].split(",")[0], str(os.getegid()))
         self.assertTrue(values["HOST_BASH"].endswith("/bash"))
@@ -103,6 +105,20 @@ class RunFiles(unittest.TestCase):
         # busybox sh sources it: any POSIX shell must read the same values back.
         self.assertIn("KEEP_TMP='/tmp/work dir'", sourced(text)["KEEP_TMP"])
 
+    def test_params_of_rails(self) -> None:
+        # One node: a dummy interface per rail; several: the NIC on each rail's switch.
+        one = sourced(vm.params_text(RUN, 1, 1, "/w", 2))
+        self.assertEqual((one["RAILS"], one["RAIL_NETDEVS"], one["RAIL_ADDRS"]),
+                         ("RAILS='2'", "RAIL_NETDEVS='rxcxx0 rxcxx1'", "RAIL_ADDRS='198.18.0.1 198.18.1.1'"))
+        two = dict(line.split("=", 1) for line in vm.params_text(RUN, 2, 3, "/w", 2).splitlines()[1:])
+        self.assertEqual((two["NETDEV"], two["RAIL_NETDEVS"], two["RAIL_ADDRS"]),
+                         ("eth0", "'eth0 eth1'", "'198.18.0.2 198.18.1.2'"))
+
+    def test_cmd_script_rails(self) -> None:
+        text = vm.cmd_script(RUN, ["true"], "/w", {}, 2, "198.18.0.1,198.18.0.2", 2)
+        self.assertIn("export RDMACXX_RAILS=2 RDMACXX_DEVICES=rxe0,rxe1 "
+                      "RDMACXX_ADDRS=198.18.0.1,198.18.1.1\n", text)
+
     def test_cmd_script_one_node(self) -> None:
         env = {"HOME": "/root", "PATH": "/usr/bin:/bin", "PWD": "/x", "SHLVL": "2",
                "RDMACXX_DEVICE": "mlx5_0", "RDMACXX_ADDR": "10.0.0.1", "DISPLAY": ":0",
@@ -113,8 +129,10 @@ class RunFiles(unittest.TestCase):
             "# softroce: the caller's environment, directory and command",
             "export HOME=/root", "export PATH=/usr/bin:/bin",
             "export WEIRD='it'\"'\"'s \"quoted\"", "and $x'"])
+        self.assertIn("export RDMACXX_DEVICE=rxe0 RDMACXX_ADDR=198.18.0.1 RDMACXX_SOFTROCE_ROUTE=vm\n",
+                      text)
         self.assertEqual(text.splitlines()[-5:], [
-            "export RDMACXX_DEVICE=rxe0 RDMACXX_ADDR=198.18.0.1 RDMACXX_SOFTROCE_ROUTE=vm",
+            "export RDMACXX_RAILS=1 RDMACXX_DEVICES=rxe0 RDMACXX_ADDRS=198.18.0.1",
             '[[ -z ${TMPDIR:-} || -d $TMPDIR ]] || mkdir -p -- "$TMPDIR"',
             "cd -- /work/x || exit 125",
             "command -v -- bash >/dev/null || "
@@ -173,7 +191,8 @@ class RunFiles(unittest.TestCase):
             self.assertIn(f"HostKey {ssh}/host\n", sshd)
             self.assertIn(f'SetEnv "PATH={run}/bin:/usr/bin:/bin" RDMACXX_NODE=2 '
                           "RDMACXX_NODES=198.18.0.1,198.18.0.2,198.18.0.3 RDMACXX_DEVICE=rxe0 "
-                          "RDMACXX_ADDR=198.18.0.2 RDMACXX_SOFTROCE_ROUTE=vm "
+                          "RDMACXX_ADDR=198.18.0.2 RDMACXX_RAILS=1 RDMACXX_DEVICES=rxe0 "
+                          "RDMACXX_ADDRS=198.18.0.2 RDMACXX_SOFTROCE_ROUTE=vm "
                           f'"RDMACXX_SSH={run}/bin/ssh" "OMPI_MCA_plm_rsh_agent={run}/bin/ssh"\n',
                           sshd)
             config = (ssh / "ssh_config").read_text()

@@ -6,7 +6,8 @@
 # hash covers it, so an edit rebuilds the initramfs on the next run). It reads the run folder
 # from the kernel command line (softroce_run=) and everything else from $run/params (or
 # $run/params.K for node K of several) on the 9p share: NONCE, NODE, NODES, NODE_NAME,
-# NODE_ADDR, NODE_PREFIX, NETDEV, DEVICE, KEEP_TMP, RUN_UID, RUN_GID, RUN_GROUPS, HOST_RDMA,
+# NODE_ADDR, NODE_PREFIX, NETDEV, DEVICE, RAILS, RAIL_NETDEVS, RAIL_ADDRS,
+# KEEP_TMP, RUN_UID, RUN_GID, RUN_GROUPS, HOST_RDMA,
 # HOST_SETPRIV, HOST_ENV, HOST_BASH, and with several nodes HOST_SSHD and HIDE_BASHRC.
 # shellcheck disable=SC2153 # those upper-case names come from the params file
 [ "$$" = 1 ] || { echo "softroce init: not PID 1, refusing to run" >&2; exit 1; }
@@ -78,25 +79,36 @@ if [ -n "$KEEP_TMP" ]; then
 fi
 
 step "chroot ready"
-# The network: loopback, and the node's interface (a dummy one, or eth0 between VMs).
-# busybox's ip: the host's one would be loaded over 9p each time.
+# The network: loopback, and the node's interface on each rail (a dummy one, or ethR between
+# VMs) with its Soft-RoCE device rxeR: RAIL_NETDEVS and RAIL_ADDRS name them, rail 0 first
+# (NETDEV, DEVICE, NODE_ADDR). busybox's ip: the host's one would be loaded over 9p each time.
 hostname "$NODE_NAME"
 ip link set lo up
-if [ "$NETDEV" != eth0 ]; then
-  ip link add "$NETDEV" type dummy || fail "cannot add dummy interface $NETDEV"
-fi
-ip addr add "$NODE_ADDR/$NODE_PREFIX" dev "$NETDEV" || fail "cannot give $NETDEV $NODE_ADDR"
-ip link set "$NETDEV" up || fail "cannot bring $NETDEV up"
-chroot $r "$HOST_RDMA" link add "$DEVICE" type rxe netdev "$NETDEV" ||
-  fail "rdma link add $DEVICE type rxe netdev $NETDEV failed"
-# Wait (5 s at most) until the RoCE v2 GID of the address is in the GID table.
-i=0
-while [ $i -lt 50 ] && ! grep -qv '^0000:0000:0000:0000:0000:0000:0000:0000$' \
-  "/sys/class/infiniband/$DEVICE/ports/1/gids/1" 2>/dev/null; do
-  sleep 0.1; i=$((i + 1))
+# shellcheck disable=SC2086 # the addresses, one word each
+set -- $RAIL_ADDRS
+uverbs=0
+for netdev in $RAIL_NETDEVS; do
+  addr=$1
+  shift
+  dev=rxe$uverbs
+  case $netdev in
+    eth*) ;;
+    *) ip link add "$netdev" type dummy || fail "cannot add dummy interface $netdev" ;;
+  esac
+  ip addr add "$addr/$NODE_PREFIX" dev "$netdev" || fail "cannot give $netdev $addr"
+  ip link set "$netdev" up || fail "cannot bring $netdev up"
+  chroot $r "$HOST_RDMA" link add "$dev" type rxe netdev "$netdev" ||
+    fail "rdma link add $dev type rxe netdev $netdev failed"
+  # Wait (5 s at most) until the RoCE v2 GID of the address is in the GID table.
+  i=0
+  while [ $i -lt 50 ] && ! grep -qv '^0000:0000:0000:0000:0000:0000:0000:0000$' \
+    "/sys/class/infiniband/$dev/ports/1/gids/1" 2>/dev/null; do
+    sleep 0.1; i=$((i + 1))
+  done
+  [ -e $r/dev/infiniband/uverbs$uverbs ] || fail "no /dev/infiniband/uverbs$uverbs"
+  step "$dev ready on $netdev"
+  uverbs=$((uverbs + 1))
 done
-[ -e $r/dev/infiniband/uverbs0 ] || fail "no /dev/infiniband/uverbs0"
-step "$DEVICE ready on $NETDEV"
 
 # Registration pins memory.
 # shellcheck disable=SC3045 # busybox sh has ulimit -l
