@@ -16,7 +16,8 @@ builds the chosen suites need, then runs the suites (all of them by default, in 
                 device tests of the g++ and ASan+UBSan builds (meson suite device), the no-heap
                 and Asio tests, the examples (server and client pairs), rdmacxx-perf and
                 bench-asio smoke runs, the consumers' programs, and the instruction counts of
-                g++ -O2, g++ -O3 and clang++ -O2 (tools/instruction-counts)
+                g++ -O2, g++ -O3 and clang++ -O2 (tools/instruction-counts); before it, the
+                multi-rail tests of the g++ build in a tools/softroce --rails 2 run (suite multirail)
   nodes         2 VMs, then 3, on a virtual switch (tools/softroce --nodes N): rdma-core's
                 programs and rdmacxx over MPI and PMIx across the wire, then the faults
                 (tools/nodes-wire)

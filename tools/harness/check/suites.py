@@ -117,6 +117,26 @@ def suite_device(ctx: Context) -> None:
     device_part(ctx, "all")
 
 
+def multirail_part(ctx: Context) -> None:
+    """The multi-rail tests of the g++ build (meson suite multirail) in one tools/softroce
+    --rails 2 run: two devices, each on its own interface."""
+    build = ctx.folder("gcc")
+    log = build / "meson-logs" / "multirail.json"
+    log.unlink(missing_ok=True)
+    status = run(["tools/softroce", "--rails", "2", "--timeout", "900", "--", "meson", "test", "-C", str(build),
+                  "--no-rebuild", "--num-processes", "1", "--logbase", "multirail", "--suite", "multirail"],
+                 ctx.top, limit=1000).returncode
+    if not log.exists():
+        ctx.tally.bad(f"multirail tests did not run (softroce --rails 2 exit {status})")
+        return
+    tests = read_testlog(log)
+    for t in tests:
+        tail = [ln for ln in t.output.splitlines()[-40:]
+                if not re.match(r"^\[doctest\] (doctest version|run with)", ln)]
+        print(f"--- {t.name} (gcc, 2 rails): {t.result}\n" + "\n".join(tail))
+    ctx.tally.meson_tests("multirail gcc", tests, doctest=True)
+
+
 def device_part(ctx: Context, part: str) -> None:
     """One tools/softroce run of on_device.sh's PART: all, g++ (what needs only the g++ build) or
     others (the rest); counts the doctest programs from meson's logs and the other programs
@@ -130,6 +150,8 @@ def device_part(ctx: Context, part: str) -> None:
     for b in doctest_builds:
         (ctx.folder(b) / "meson-logs" / "device.json").unlink(missing_ok=True)
     env = dict(os.environ, CHECK_BUILDS=" ".join(ctx.made))
+    if part != "others" and "gcc" in ctx.made:
+        multirail_part(ctx)
     status = run(["tools/softroce", "--timeout", "3000", "--", "bash",
                   "tools/harness/check/on_device.sh", str(logs),
                   str(ctx.top / "build-check-consumers"), part], ctx.top, limit=3100,

@@ -1,0 +1,265 @@
+#pragma once
+/// @file
+/// The class of `multirail::connection` (its members are defined in
+/// rdmacxx/multirail/connection.hpp, which includes this header: include that one): one connection between two processes over one RC QP per rail (an
+/// RDMA device and port each), that stripes large RDMA WRITEs over the rails that are up, sends
+/// messages exactly once and in order whatever rail carries them, takes a rail out of rotation
+/// on an error completion or a port event (its work carried on the others) and rebuilds it on
+/// new QPs when its port is active again. docs/multi-rail.md gives the semantics.
+
+#include "rdmacxx/error.hpp"
+#include "rdmacxx/multirail/rail.hpp"
+#include "rdmacxx/multirail/window.hpp"
+#include "rdmacxx/multirail/wire.hpp"
+#include "rdmacxx/qp_settings.hpp"
+#include "rdmacxx/wr.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+namespace rdmacxx {
+inline namespace v0 {
+namespace multirail {
+
+/// Every rail of the connection is down: nothing can be carried until a rail is rebuilt, which
+/// needs a rail to exchange the endpoints over; connect again (`connection::reconnect`) with
+/// addresses exchanged out of band. Its code is `std::errc::network_down`.
+class rails_down_error : public rdmacxx::error {
+public:
+    explicit rails_down_error(std::string message)
+        : error(std::make_error_code(std::errc::network_down), std::move(message)) {}
+};
+
+/// How an operation goes to the rails.
+enum class placement_kind : std::uint8_t {
+    stripe,      ///< a WRITE cut into `chunk_bytes` chunks spread over the rails that are up
+    round_robin, ///< each whole operation on the next rail that is up
+    pin,         ///< on one chosen rail while it is up (on another when it is down)
+};
+/// How an operation goes to the rails: `placement::stripe()`, `round_robin()` or `pin(r)`.
+struct placement {
+    placement_kind kind = placement_kind::stripe;
+    std::uint32_t rail = 0; ///< pin: the rail
+    [[nodiscard]] static constexpr placement stripe() noexcept { return {placement_kind::stripe, 0}; }
+    [[nodiscard]] static constexpr placement round_robin() noexcept { return {placement_kind::round_robin, 0}; }
+    [[nodiscard]] static constexpr placement pin(std::uint32_t r) noexcept { return {placement_kind::pin, r}; }
+};
+
+/// What a multi-rail connection is made with.
+struct connection_options {
+    /// The settings of every rail's QP (the one vocabulary: qp_settings.hpp); by default the
+    /// peer may WRITE and READ registered memory, and a dead rail is found within
+    /// `dead_peer_bound` (about 470 ms).
+    qp_settings settings{.remote_access = access::remote_write | access::remote_read};
+    std::size_t chunk_bytes = 256 * 1024;   ///< stripe unit of a WRITE, in bytes
+    std::uint32_t window = 64;              ///< messages in flight (numbered, not acknowledged)
+    std::uint32_t message_bytes = 4096;     ///< largest payload of a message, in bytes
+    std::uint32_t send_depth = 256;         ///< send-queue requests per rail QP
+    /// While a rail is down and its port active, the leader tries to rebuild it this often (a
+    /// fault that raised no port event), and the follower asks it to.
+    std::chrono::milliseconds rebuild_retry{2000};
+    /// A rebuild not finished in this time is given up and tried again.
+    std::chrono::milliseconds rebuild_timeout{5000};
+};
+
+/// What `connection::poll` reports.
+struct event {
+    enum class kind : std::uint8_t {
+        write_done,    ///< a WRITE of this side completed whole (`id`)
+        message,       ///< a message from the peer (`id` its number: increasing, not by one, control messages are numbered too; `imm`, `data`)
+        write_arrived, ///< a WRITE of the peer arrived whole (`id` its id there, `bytes`, `imm`)
+        rail_down,     ///< `rail` went down (`reason`)
+        rail_up,       ///< `rail` is up again on new QPs
+    };
+    kind what = kind::write_done;
+    std::uint64_t id = 0;
+    std::uint32_t rail = 0;
+    std::uint32_t imm = 0;
+    std::size_t bytes = 0;
+    std::span<std::byte const> data{}; ///< message: its payload, valid until the next `poll`
+    std::error_code reason{};          ///< rail_down: the failed completion's code, or network_down for a port event
+};
+
+/// One connection over several rails. Made with its rails (each opened, with a PD, a CQ, async
+/// events, receive buffers and an RC QP), connected with the peer's `address()` (exchanged out of
+/// band, e.g. through a bootstrap's allgather), then driven by `poll`, which does everything:
+/// completions, async events, failover, rebuilds, acknowledgements.
+///
+/// - `write` puts bytes of a `region` into the peer's `remote_region`, striped (chunks spread over
+///   the rails that are up, in any order) or whole on one rail; `write_done` when every chunk
+///   has completed; with `notify`, the peer gets `write_arrived` (exactly once, in order with the
+///   messages) after the whole WRITE has landed.
+/// - `send` copies a message (up to `message_bytes`) and delivers it to the peer exactly once,
+///   in the order sent, whatever rails carried it and whatever failed on the way.
+/// - A rail goes down on a failed completion (after the QP's retries: `dead_peer_bound` by
+///   default) or its port's `IBV_EVENT_PORT_ERR`; its QP is moved to ERR and every request on it
+///   is carried on the rails still up (WRITEs again, messages again: the receiver drops what it
+///   has had). When its port is active again the leader (the larger nonce) makes a new QP, sends
+///   its endpoint over a rail that is up, the follower answers with its own, both connect, and
+///   the rail carries work again.
+/// - Every rail down: `poll`, `write` and `send` throw `rails_down_error`.
+///
+/// Ownership: the connection owns its rails; a `region` shares them and may outlive it.
+/// Move-only. Thread-safety: one thread at a time.
+/// @see ibv_post_send(3), ibv_poll_cq(3), ibv_get_async_event(3)
+class connection {
+public:
+    /// Opens `rails` (1 to `max_rails`) and makes each its resources and QP.
+    /// @throws argument_error for no rail, too many, a window or message size of 0; what opening
+    ///         a device, making a PD, CQ, QP or registering the buffers throws.
+    explicit connection(std::vector<rail_spec> const& rails, connection_options opt = {});
+    connection(connection&&) noexcept = default;
+    connection& operator=(connection&&) noexcept = default;
+    connection(connection const&) = delete;
+    connection& operator=(connection const&) = delete;
+    ~connection() = default;
+
+    /// What the peer needs to connect (`rail_address`'s encoding): this side's nonce and every
+    /// rail's endpoint.
+    [[nodiscard]] std::vector<std::byte> address() const;
+    /// Connects every rail to the peer's (`peer`: its `address()`), posts the receives, and
+    /// decides who leads rebuilds.
+    /// @throws argument_error for an address that does not decode, another number of rails, the
+    ///         same nonce; what `queue_pair::connect` throws.
+    void connect(std::span<std::byte const> peer);
+
+    /// Registers `memory` on every rail.
+    [[nodiscard]] region register_memory(std::span<std::byte> memory, access rights) const {
+        return region{rails_, memory, rights};
+    }
+
+    /// Writes `length` bytes at `offset` of `src` to `dst_offset` of `dst`, as `how` says;
+    /// `write_done` with the returned id once every chunk has completed. The source must stay
+    /// untouched until then. With `notify`, the peer gets `write_arrived` with this id, the
+    /// length and `*notify` once the whole WRITE has landed.
+    /// @throws argument_error (nothing posted) for an empty or out-of-range span, a region or
+    ///         remote region of another number of rails, a pin to no rail; rails_down_error.
+    std::uint64_t write(region const& src, std::size_t offset, std::size_t length, remote_region const& dst,
+                        std::size_t dst_offset, placement how = placement::stripe(),
+                        std::optional<std::uint32_t> notify = std::nullopt);
+    /// Sends `payload` (copied) with `imm`, as `how` says (stripe means round robin here); false
+    /// when the window is full (nothing sent: poll, then try again).
+    /// @throws argument_error for a payload over `message_bytes` or a pin to no rail; rails_down_error.
+    bool send(std::span<std::byte const> payload, std::uint32_t imm = 0,
+              placement how = placement::round_robin());
+
+    /// Makes progress and hands out up to `out.size()` events; how many.
+    /// @throws rails_down_error when every rail is down; argument_error for a corrupt message.
+    std::size_t poll(std::span<event> out);
+
+    /// Rails.
+    [[nodiscard]] std::size_t rails() const noexcept { return rails_.size(); }
+    /// Rail `r`'s state.
+    [[nodiscard]] rail_state state(std::size_t r) const { return rails_.at(r)->state; }
+    /// Rail `r`'s counters.
+    [[nodiscard]] rail_counters const& counters(std::size_t r) const { return rails_.at(r)->counters; }
+    /// Rail `r`'s device.
+    [[nodiscard]] std::string const& device(std::size_t r) const { return rails_.at(r)->spec_.device; }
+    /// How many times rail `r`'s QP has been made anew.
+    [[nodiscard]] std::uint16_t generation(std::size_t r) const { return rails_.at(r)->generation; }
+    /// Whether this side leads the rebuilds (after `connect`).
+    [[nodiscard]] bool leader() const noexcept { return leader_; }
+    /// WRITEs not completed yet.
+    [[nodiscard]] std::size_t writes_in_flight() const noexcept { return writes_.size(); }
+    /// Messages not acknowledged yet (control messages included).
+    [[nodiscard]] std::size_t messages_in_flight() const noexcept { return window_.in_flight(); }
+    /// Rails up now.
+    [[nodiscard]] std::size_t rails_up() const noexcept;
+    /// Duplicates the receiver dropped (messages carried twice after a failure).
+    [[nodiscard]] std::uint64_t duplicates() const noexcept { return duplicates_; }
+
+private:
+    enum wr_kind : std::uint8_t { chunk_wr = 1, message_wr = 2, recv_wr = 3, ack_wr = 4 };
+    struct chunk {
+        std::uint64_t write = 0;
+        std::size_t src_offset = 0, dst_offset = 0, length = 0;
+        int pin = -1;  // the rail it must go on while that rail is up
+        int rail = -1; // where it is posted now
+        bool live = false;
+    };
+    struct write_op {
+        region const* src = nullptr;
+        remote_region dst;
+        std::size_t length = 0;
+        std::uint32_t left = 0;
+        std::optional<std::uint32_t> notify;
+        std::vector<std::uint32_t> chunks;
+    };
+    static constexpr std::uint32_t ack_slots = 8;
+    static constexpr std::size_t max_whole = std::size_t{1} << 30; // a WRITE not striped: chunks of 1 GiB
+
+    [[nodiscard]] static std::uint64_t tag(wr_kind k, std::size_t rail, std::uint16_t gen, std::uint32_t index) noexcept {
+        return (std::uint64_t{k} << 56) | (std::uint64_t{rail} << 48) | (std::uint64_t{gen} << 32) | index;
+    }
+    [[nodiscard]] std::size_t slot_bytes() const noexcept { return message_header::wire_size + opt_.message_bytes; }
+    [[nodiscard]] int pick(int pin, bool for_send);
+    detail::rail_qp* qp_of(detail::rail& r, std::uint16_t gen);
+    void new_qp(detail::rail& r);
+    void post_receives(std::size_t rail);
+    void drain_events(std::size_t rail);
+    void reap(std::size_t rail);
+    void on_completion(std::size_t rail, work_completion const& wc);
+    void on_arrival(std::size_t rail, std::uint32_t slot, std::uint32_t bytes);
+    void deliver();
+    void on_control(message_header const& h, std::span<std::byte const> payload);
+    void rail_down(std::size_t rail, std::error_code why);
+    void start_rebuild(std::size_t rail);
+    void on_port_active(std::size_t rail);
+    void tick();
+    void post_pending();
+    void post_ack(bool force);
+    void control(message_kind kind, std::size_t rail, std::span<std::byte const> payload = {}, std::uint32_t imm = 0);
+    void flush_backlog();
+    void send_endpoint(message_kind kind, std::size_t rail);
+    void throw_if_all_down(char const* what) const;
+
+    connection_options opt_;
+    std::vector<std::shared_ptr<detail::rail>> rails_;
+    std::uint64_t nonce_ = 0;
+    std::vector<endpoint> peer_;
+    bool leader_ = false;
+    bool connected_ = false;
+    // Message buffers: the sender's slots and the acknowledgements, registered on every rail.
+    std::vector<std::byte> send_bytes_;
+    std::optional<region> send_region_;
+    std::vector<std::byte> ack_bytes_;
+    std::optional<region> ack_region_;
+    std::vector<int> ack_rail_; // -1: free
+    detail::send_window window_;
+    detail::receive_window received_;
+    struct control_message {
+        message_kind kind;
+        std::uint8_t rail;
+        std::uint32_t imm;
+        std::vector<std::byte> payload;
+    };
+    std::deque<control_message> control_backlog_; // control messages waiting for room
+    std::vector<std::uint64_t> handed_out_;              // messages handed out by the last poll
+    std::uint64_t ack_sent_ = 0;
+    std::chrono::steady_clock::time_point ack_time_{};
+    // WRITEs
+    std::uint64_t next_write_ = 1;
+    std::unordered_map<std::uint64_t, write_op> writes_;
+    std::vector<chunk> chunks_;
+    std::vector<std::uint32_t> free_chunks_;
+    std::deque<std::uint32_t> waiting_chunks_;
+    std::deque<event> events_;
+    std::size_t cursor_ = 0;
+    std::uint64_t duplicates_ = 0;
+};
+
+} // namespace multirail
+} // namespace v0
+} // namespace rdmacxx
