@@ -61,7 +61,22 @@ inline void connection::connect(std::span<std::byte const> peer) {
         post_receives(r);
         rails_[r]->state = rail_state::up;
     }
+    if (connected_) // again, after renew(): these rails are rebuilt
+        for (auto const& r : rails_)
+            ++r->counters.rebuilds;
     connected_ = true;
+    post_pending();
+}
+
+inline void connection::renew() {
+    for (auto const& r : rails_) {
+        r->port.emplace(r->ctx, r->spec_.port); // the GID may have changed
+        if (r->state != rail_state::down) {
+            r->state = rail_state::down;
+            ++r->counters.failures;
+        }
+        new_qp(*r);
+    }
 }
 
 inline std::size_t connection::rails_up() const noexcept {
@@ -145,7 +160,8 @@ inline std::uint64_t connection::write(region const& src, std::size_t offset, st
     throw_if_all_down("multirail::connection::write");
     std::uint64_t const id = next_write_++;
     write_op& w = writes_[id];
-    w.src = &src;
+    for (std::size_t r = 0; r < rails_.size(); ++r)
+        w.src.push_back(src.local(r).span<std::byte const>(offset, length));
     w.dst = dst;
     w.length = length;
     w.notify = notify;
@@ -162,7 +178,7 @@ inline std::uint64_t connection::write(region const& src, std::size_t offset, st
             i = free_chunks_.back();
             free_chunks_.pop_back();
         }
-        chunks_[i] = chunk{id, offset + at, dst_offset + at, std::min(unit, length - at), pin, -1, true};
+        chunks_[i] = chunk{id, at, dst_offset + at, std::min(unit, length - at), pin, -1, true};
         w.chunks.push_back(i);
         waiting_chunks_.push_back(i);
     }
@@ -230,7 +246,7 @@ inline void connection::post_pending() {
         waiting_chunks_.pop_front();
         detail::rail& x = *rails_[static_cast<std::size_t>(r)];
         write_op const& w = writes_.at(c.write);
-        auto const src = w.src->local(static_cast<std::size_t>(r)).span(c.src_offset, c.length);
+        auto const src = w.src[static_cast<std::size_t>(r)].subspan(c.src_offset, c.length);
         remote_span<std::byte> const dst{w.dst.address + c.dst_offset, c.length, w.dst.rkeys[static_cast<std::size_t>(r)]};
         x.current.qp->post(rdmacxx::write{src, dst}.id(tag(chunk_wr, static_cast<std::size_t>(r), x.current.generation, i)));
         ++x.current.outstanding;

@@ -33,9 +33,11 @@ namespace rdmacxx {
 inline namespace v0 {
 namespace multirail {
 
-/// Every rail of the connection is down: nothing can be carried until a rail is rebuilt, which
-/// needs a rail to exchange the endpoints over; connect again (`connection::reconnect`) with
-/// addresses exchanged out of band. Its code is `std::errc::network_down`.
+/// Every rail of the connection is down: nothing can be carried, and no rail can be rebuilt by
+/// itself, since a rebuild sends the new endpoints over a rail that is up. To recover once the
+/// ports are active again: `renew()`, exchange `address()` out of band as for the first connect,
+/// and `connect` again; what was not carried yet is carried then, exactly once. Its code is
+/// `std::errc::network_down`.
 class rails_down_error : public rdmacxx::error {
 public:
     explicit rails_down_error(std::string message)
@@ -109,7 +111,10 @@ struct event {
 ///   has had). When its port is active again the leader (the larger nonce) makes a new QP, sends
 ///   its endpoint over a rail that is up, the follower answers with its own, both connect, and
 ///   the rail carries work again.
-/// - Every rail down: `poll`, `write` and `send` throw `rails_down_error`.
+/// - Every rail down: `poll`, `write` and `send` throw `rails_down_error`, and keep throwing it
+///   until the connection is renewed and connected again through the out-of-band exchange
+///   (`renew`, `address`, `connect`): it cannot rebuild a rail without another one to send the
+///   endpoints over. Numbered messages and WRITE chunks not carried are kept and carried then.
 ///
 /// Ownership: the connection owns its rails; a `region` shares them and may outlive it.
 /// Move-only. Thread-safety: one thread at a time.
@@ -130,10 +135,19 @@ public:
     /// rail's endpoint.
     [[nodiscard]] std::vector<std::byte> address() const;
     /// Connects every rail to the peer's (`peer`: its `address()`), posts the receives, and
-    /// decides who leads rebuilds.
+    /// decides who leads rebuilds. Again after `renew()`: the same, and what waited is carried.
     /// @throws argument_error for an address that does not decode, another number of rails, the
     ///         same nonce; what `queue_pair::connect` throws.
     void connect(std::span<std::byte const> peer);
+
+    /// Makes every rail a new QP (the old ones go to ERR; their requests come back flushed and
+    /// wait for a rail), after every rail went down: then `address()` names the new QPs, to be
+    /// exchanged out of band, and `connect` brings the rails up again. The messages and WRITEs
+    /// not carried yet are kept.
+    /// @throws sys_error when a QP cannot be made or a port queried.
+    void renew();
+    /// Whether rail `r`'s port is active now (ibv_query_port(3)).
+    [[nodiscard]] bool port_active(std::size_t r) const { return rails_.at(r)->ctx.query_port(rails_.at(r)->spec_.port).active(); }
 
     /// Registers `memory` on every rail.
     [[nodiscard]] region register_memory(std::span<std::byte> memory, access rights) const {
@@ -142,7 +156,7 @@ public:
 
     /// Writes `length` bytes at `offset` of `src` to `dst_offset` of `dst`, as `how` says;
     /// `write_done` with the returned id once every chunk has completed. The source must stay
-    /// untouched until then. With `notify`, the peer gets `write_arrived` with this id, the
+    /// registered and untouched until then (the `region` object itself may move). With `notify`, the peer gets `write_arrived` with this id, the
     /// length and `*notify` once the whole WRITE has landed.
     /// @throws argument_error (nothing posted) for an empty or out-of-range span, a region or
     ///         remote region of another number of rails, a pin to no rail; rails_down_error.
@@ -190,7 +204,7 @@ private:
         bool live = false;
     };
     struct write_op {
-        region const* src = nullptr;
+        std::vector<local_span<std::byte const>> src; // the source on each rail (the region may move)
         remote_region dst;
         std::size_t length = 0;
         std::uint32_t left = 0;
