@@ -9,6 +9,8 @@
 
 #include "rdmacxx/multirail.hpp"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -55,9 +57,12 @@ struct pair {
         b.connect(addr_a);
     }
     ~pair() {
-        try { // every link up again for the next test
+        try { // every link up and its port active again for the next test (at most 10 s)
             set_link(0, true);
             set_link(1, true);
+            auto const end = steady::now() + 10s;
+            while (!(a.port_active(0) && a.port_active(1)) && steady::now() < end)
+                std::this_thread::sleep_for(10ms);
         } catch (...) {
         }
     }
@@ -80,13 +85,15 @@ struct pair {
                 if (ev[k].what == mr::event::kind::rail_down && down_seen == steady::time_point{})
                     down_seen = steady::now();
             }
-            for (std::size_t n = b.poll(ev), k = 0; k < n; ++k) {
-                seen_b.push_back(ev[k]);
-                if (ev[k].what == mr::event::kind::message) {
-                    messages_b.emplace_back(ev[k].data.begin(), ev[k].data.end());
-                    seq_b.push_back(ev[k].id);
-                }
-            }
+            for (std::size_t n = b.poll(ev), k = 0; k < n; ++k)
+                on_b(ev[k]);
+        }
+    }
+    void on_b(mr::event const& e) {
+        seen_b.push_back(e);
+        if (e.what == mr::event::kind::message) {
+            messages_b.emplace_back(e.data.begin(), e.data.end());
+            seq_b.push_back(e.id);
         }
     }
     std::size_t count(std::vector<mr::event> const& v, mr::event::kind k) const {
@@ -220,6 +227,7 @@ TEST_CASE("multirail: rail 1's link down mid-transfer: the transfer completes on
 TEST_CASE("multirail: messages with immediates through a flap of rail 1: exactly once, in order") {
     pair p;
     messages(p, 1'000, [&] { set_link(1, false); });
+    CHECK(p.a.counters(1).failures == 1); // the flap was seen
     set_link(1, true);
     p.pump([&] { return p.a.state(1) == mr::rail_state::up && p.b.state(1) == mr::rail_state::up; }, 20s,
            "rail 1 rebuilt");
@@ -272,17 +280,20 @@ TEST_CASE("multirail: both rails down, then up again: renewed and connected agai
     auto const outage = steady::now();
     while (p.a.rails_up() != 0 || p.b.rails_up() != 0) {
         REQUIRE_MESSAGE(steady::now() - outage < 10s, "both sides did not see every rail down within 10 s");
-        for (mr::connection* c : {&p.a, &p.b}) {
-            try {
-                (void)c->poll(ev);
-            } catch (mr::rails_down_error const&) {
-            }
+        try {
+            (void)p.a.poll(ev);
+        } catch (mr::rails_down_error const&) {
+        }
+        try {
+            for (std::size_t n = p.b.poll(ev), k = 0; k < n; ++k)
+                p.on_b(ev[k]);
+        } catch (mr::rails_down_error const&) {
         }
     }
     set_link(0, true);
     set_link(1, true);
     auto const t0 = steady::now();
-    while (!(p.a.port_active(0) && p.a.port_active(1)))
+    while (!(p.a.port_active(0) && p.a.port_active(1) && p.b.port_active(0) && p.b.port_active(1)))
         REQUIRE(steady::now() - t0 < 10s);
     p.a.renew();
     p.b.renew();
@@ -304,4 +315,27 @@ TEST_CASE("multirail: both rails down, then up again: renewed and connected agai
     CHECK_MESSAGE(in_order, "messages out of order, lost or duplicated across the outage");
     messages(p, 200); // and the connection carries on
     CHECK(p.a.counters(0).rebuilds == 1);
+}
+
+TEST_CASE("multirail: a WRITE the peer refuses (a wrong rkey) fails alone and is not carried again; its rail is "
+          "rebuilt and the connection carries on") {
+    pair p;
+    std::vector<std::byte> src(1u << 20), dst(1u << 20);
+    auto const s = p.a.register_memory(src, rx::access::local_write);
+    auto const d = p.b.register_memory(dst, rx::access::local_write | rx::access::remote_write);
+    mr::remote_region bad = d.remote();
+    for (auto& k : bad.rkeys)
+        k ^= 0x80; // another key's
+    std::uint64_t const id = p.a.write(s, 0, src.size(), bad, 0, mr::placement::pin(0));
+    p.pump([&] { return p.count(p.seen_a, mr::event::kind::write_failed) == 1; }, 20s, "the refused WRITE");
+    auto const it = std::find_if(p.seen_a.begin(), p.seen_a.end(),
+                                 [](auto const& e) { return e.what == mr::event::kind::write_failed; });
+    CHECK(it->id == id);
+    CHECK(it->reason == rx::make_wc_error_code(IBV_WC_REM_ACCESS_ERR));
+    CHECK(p.a.writes_in_flight() == 0);
+    CHECK(p.a.counters(0).failures == 1); // the remote access error ended rail 0's QP
+    messages(p, 200);                     // on rail 1, and on rail 0 once rebuilt
+    p.pump([&] { return p.a.state(0) == mr::rail_state::up && p.b.state(0) == mr::rail_state::up; }, 20s,
+           "rail 0 rebuilt");
+    striped_transfer(p, 4u << 20, 1u << 20);
 }

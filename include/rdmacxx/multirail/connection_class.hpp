@@ -80,6 +80,8 @@ struct connection_options {
 struct event {
     enum class kind : std::uint8_t {
         write_done,    ///< a WRITE of this side completed whole (`id`)
+        write_failed,  ///< a WRITE of this side the peer refused (`id`, `reason`: its completion's status, e.g.
+                       ///< IBV_WC_REM_ACCESS_ERR for a bad rkey); not carried again
         message,       ///< a message from the peer (`id` its number: increasing, not by one, control messages are numbered too; `imm`, `data`)
         write_arrived, ///< a WRITE of the peer arrived whole (`id` its id there, `bytes`, `imm`)
         rail_down,     ///< `rail` went down (`reason`)
@@ -91,7 +93,8 @@ struct event {
     std::uint32_t imm = 0;
     std::size_t bytes = 0;
     std::span<std::byte const> data{}; ///< message: its payload, valid until the next `poll`
-    std::error_code reason{};          ///< rail_down: the failed completion's code, or network_down for a port event
+    std::error_code reason{};          ///< rail_down: the failed completion's code, or network_down for a port event;
+                                       ///< write_failed: the refusal
 };
 
 /// One connection over several rails. Made with its rails (each opened, with a PD, a CQ, async
@@ -116,8 +119,18 @@ struct event {
 ///   (`renew`, `address`, `connect`): it cannot rebuild a rail without another one to send the
 ///   endpoints over. Numbered messages and WRITE chunks not carried are kept and carried then.
 ///
-/// Ownership: the connection owns its rails; a `region` shares them and may outlive it.
-/// Move-only. Thread-safety: one thread at a time.
+/// Both sides must have called `connect` before either polls (a barrier of the out-of-band
+/// exchange between `connect` and the first `poll`, `write` or `send`): a request that reaches a
+/// peer whose QP is not connected yet is lost and retried, and after the QP's retries
+/// (`dead_peer_bound`) its rail goes down.
+///
+/// A completion that fails because of the request itself (a remote access, protection or length
+/// error) is not a rail's fault: the WRITE it belongs to fails (`write_failed`) and is not carried
+/// again, while its rail, whose QP the error moved to ERR, is rebuilt as any other.
+///
+/// Ownership: the connection owns its rails and their QPs (destroyed with it); a `region` shares
+/// a rail's device, PD and CQ and may outlive it. Neither copied nor moved (hold it in a
+/// `std::unique_ptr` to move it). Thread-safety: one thread at a time.
 /// @see ibv_post_send(3), ibv_poll_cq(3), ibv_get_async_event(3)
 class connection {
 public:
@@ -125,19 +138,21 @@ public:
     /// @throws argument_error for no rail, too many, a window or message size of 0; what opening
     ///         a device, making a PD, CQ, QP or registering the buffers throws.
     explicit connection(std::vector<rail_spec> const& rails, connection_options opt = {});
-    connection(connection&&) noexcept = default;
-    connection& operator=(connection&&) noexcept = default;
+    connection(connection&&) = delete;
+    connection& operator=(connection&&) = delete;
     connection(connection const&) = delete;
     connection& operator=(connection const&) = delete;
-    ~connection() = default;
+    /// Destroys every rail's QPs (the peer's requests to them then fail, and its rails go down).
+    ~connection();
 
-    /// What the peer needs to connect (`rail_address`'s encoding): this side's nonce and every
-    /// rail's endpoint.
+    /// What the peer needs to connect (`rail_address`'s encoding): this side's nonce, window and
+    /// message size, and every rail's endpoint.
     [[nodiscard]] std::vector<std::byte> address() const;
     /// Connects every rail to the peer's (`peer`: its `address()`), posts the receives, and
-    /// decides who leads rebuilds. Again after `renew()`: the same, and what waited is carried.
-    /// @throws argument_error for an address that does not decode, another number of rails, the
-    ///         same nonce; what `queue_pair::connect` throws.
+    /// decides who leads rebuilds. Again after `renew()`: the same, and what waited is carried at
+    /// the next `poll` (after the barrier: see the class).
+    /// @throws argument_error for an address that does not decode, another number of rails,
+    ///         another window or message size, the same nonce; what `queue_pair::connect` throws.
     void connect(std::span<std::byte const> peer);
 
     /// Makes every rail a new QP (the old ones go to ERR; their requests come back flushed and
@@ -170,7 +185,9 @@ public:
               placement how = placement::round_robin());
 
     /// Makes progress and hands out up to `out.size()` events; how many.
-    /// @throws rails_down_error when every rail is down; argument_error for a corrupt message.
+    /// @throws rails_down_error when every rail is down and no event is left to hand out;
+    ///         argument_error for a corrupt message or a peer that breaks the protocol (the
+    ///         connection is unusable then: every later call throws it again).
     std::size_t poll(std::span<event> out);
 
     /// Rails.
@@ -202,6 +219,14 @@ private:
         int pin = -1;  // the rail it must go on while that rail is up
         int rail = -1; // where it is posted now
         bool live = false;
+    };
+    // A control message's step, applied once every CQ has been reaped (a step that makes a new
+    // QP must not run while completions of the old one are being handled).
+    struct step {
+        message_kind kind;
+        std::size_t rail;
+        std::uint16_t rebuild;
+        std::optional<endpoint> peer;
     };
     struct write_op {
         std::vector<local_span<std::byte const>> src; // the source on each rail (the region may move)
@@ -238,6 +263,12 @@ private:
     void flush_backlog();
     void send_endpoint(message_kind kind, std::size_t rail);
     void throw_if_all_down(char const* what) const;
+    void apply_steps();
+    void take_down_qp(std::size_t rail);
+    void abandon(std::size_t rail);
+    void fail_write(std::uint64_t id, std::error_code why);
+    void broken(std::string why);
+    [[nodiscard]] static bool refused(ibv_wc_status status) noexcept;
 
     connection_options opt_;
     std::vector<std::shared_ptr<detail::rail>> rails_;
@@ -245,6 +276,9 @@ private:
     std::vector<endpoint> peer_;
     bool leader_ = false;
     bool connected_ = false;
+    std::uint32_t epoch_ = 0; // connects so far: control messages of an older one are dropped
+    std::optional<rdmacxx::error> broken_; // the protocol failed: every call throws it
+    std::deque<step> steps_;
     // Message buffers: the sender's slots and the acknowledgements, registered on every rail.
     std::vector<std::byte> send_bytes_;
     std::optional<region> send_region_;

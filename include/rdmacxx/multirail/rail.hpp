@@ -59,6 +59,7 @@ struct rail_qp {
     std::unique_ptr<rail_qp_type> qp;
     std::uint16_t generation = 0;
     std::uint32_t outstanding = 0; ///< send- and receive-queue requests not completed yet
+    std::uint32_t sends = 0;       ///< of which send-queue requests
 };
 
 /// A rail's resources. Members are destroyed in reverse order: the QPs before the receive
@@ -85,14 +86,14 @@ struct rail {
     memory_region recv_mr;
     std::uint32_t slots;
     std::size_t slot_size;
-    rail_state state = rail_state::up;
+    rail_state state = rail_state::down; // up once connected
     rail_counters counters;
     std::uint16_t generation = 0;     ///< this side's count of its QPs (in the wr_id of their requests)
     std::uint16_t rebuild = 0;        ///< the rebuild under way, as the leader numbers it
+    std::uint16_t ignored = 0;        ///< follower: the last request it could not take (its port down)
     std::chrono::steady_clock::time_point down_at{};
     std::chrono::steady_clock::time_point rebuild_started{};
     std::error_code reason{}; ///< why it went down last
-    bool port_active = true;  ///< as its last port event said
     rail_qp current;
     std::vector<rail_qp> retired; ///< QPs taken out of service whose completions are still to come
 };
@@ -102,7 +103,7 @@ struct rail {
 /// Memory registered on every rail of a connection (each device has its own protection domain
 /// and keys): `local(rail)` is the region of that rail, `remote()` what a peer needs to write
 /// into it or read it on any rail. Made by `connection::register_memory`; it keeps the rails'
-/// resources alive (shared), so it may outlive its connection. Move-only.
+/// devices, PDs and CQs alive (shared), so it may outlive its connection. Movable, not assignable.
 /// @see ibv_reg_mr(3)
 class region {
 public:
@@ -113,8 +114,17 @@ public:
         for (auto const& r : rails_)
             mrs_.push_back(r->pd.register_memory(memory, rights));
     }
+    region(region&&) noexcept = default;
+    /// Not assignable: the registrations would go after the rails they belong to.
+    region& operator=(region&&) = delete;
+    region(region const&) = delete;
+    region& operator=(region const&) = delete;
+    ~region() = default;
+
     /// The memory.
     [[nodiscard]] std::span<std::byte> bytes() const noexcept { return memory_; }
+    /// Whether it is registered on these rails (of one connection).
+    [[nodiscard]] bool on(std::vector<std::shared_ptr<detail::rail>> const& rails) const noexcept { return rails_ == rails; }
     /// Its size in bytes.
     [[nodiscard]] std::size_t size() const noexcept { return memory_.size(); }
     /// The registration on rail `r`.

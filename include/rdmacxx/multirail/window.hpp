@@ -91,9 +91,10 @@ public:
         s.st = state::waiting;
         waiting_.insert(s.seq);
     }
-    /// The peer acknowledged every message up to `ack`.
-    void acknowledge(std::uint64_t ack) {
-        if (ack >= next_) ack = next_ - 1; // a corrupt acknowledgement acknowledges nothing more than was sent
+    /// The peer acknowledged every message up to `ack`; false (nothing done) for one beyond what
+    /// was numbered, which no peer that keeps the protocol sends.
+    [[nodiscard]] bool acknowledge(std::uint64_t ack) {
+        if (ack >= next_) return false;
         for (; acked_ < ack; ++acked_) {
             auto const i = index(acked_ + 1);
             slot& s = slots_[i];
@@ -101,6 +102,7 @@ public:
             waiting_.erase(s.seq);
             free_if_done(i);
         }
+        return true;
     }
     /// Every message up to this one is acknowledged.
     [[nodiscard]] std::uint64_t acknowledged() const noexcept { return acked_; }

@@ -28,15 +28,18 @@ namespace multirail {
 inline constexpr std::size_t max_rails = 8;
 
 /// What one side of a multi-rail connection tells the other to connect (`connection::address`):
-/// its nonce (a random 64-bit number: the larger one leads the rebuilds) and each rail's endpoint,
-/// rail 0 first. Encoding: 16 bytes (magic "RXMA", version, rail count, 2 reserved bytes, the
-/// nonce) and then 32 bytes per rail (`endpoint::to_bytes`).
+/// its nonce (a random 64-bit number: the larger one leads the rebuilds), its message window and
+/// largest message (which the two sides must share), and each rail's endpoint, rail 0 first.
+/// Encoding: 24 bytes (magic "RXMA", version, rail count, 2 reserved bytes, the nonce, the
+/// window, the message size) and then 32 bytes per rail (`endpoint::to_bytes`).
 struct rail_address {
     std::uint64_t nonce = 0;
+    std::uint32_t window = 0;
+    std::uint32_t message_bytes = 0;
     std::vector<endpoint> rails;
 
     /// Bytes of the encoding of `rails` rails.
-    [[nodiscard]] static constexpr std::size_t wire_size(std::size_t rails) noexcept { return 16 + 32 * rails; }
+    [[nodiscard]] static constexpr std::size_t wire_size(std::size_t rails) noexcept { return 24 + 32 * rails; }
 
     /// The encoding.
     /// @throws argument_error for no rail or more than `max_rails`, and what `endpoint::to_bytes` refuses.
@@ -48,10 +51,12 @@ struct rail_address {
         detail::wire::put_header(out.data(), magic);
         detail::wire::put<1>(out.data() + 5, rails.size());
         detail::wire::put<8>(out.data() + 8, nonce);
+        detail::wire::put<4>(out.data() + 16, window);
+        detail::wire::put<4>(out.data() + 20, message_bytes);
         for (std::size_t r = 0; r < rails.size(); ++r) {
             auto const e = rails[r].to_bytes();
             for (std::size_t i = 0; i < e.size(); ++i)
-                out[16 + 32 * r + i] = e[i];
+                out[24 + 32 * r + i] = e[i];
         }
         return out;
     }
@@ -59,7 +64,7 @@ struct rail_address {
     /// @throws argument_error naming what is wrong: too short or long, a wrong magic or version,
     ///         reserved bits set, no rail or too many, a corrupt endpoint.
     [[nodiscard]] static rail_address from_bytes(std::span<std::byte const> bytes) {
-        if (std::string why = detail::wire::header_fault(bytes, 16, magic, "a multi-rail address"); !why.empty())
+        if (std::string why = detail::wire::header_fault(bytes, 24, magic, "a multi-rail address"); !why.empty())
             [[unlikely]]
             detail::throw_argument(std::move(why));
         auto const n = static_cast<std::size_t>(detail::wire::get<1>(bytes.data() + 5));
@@ -74,8 +79,10 @@ struct rail_address {
                                    std::to_string(wire_size(n)));
         rail_address a;
         a.nonce = detail::wire::get<8>(bytes.data() + 8);
+        a.window = static_cast<std::uint32_t>(detail::wire::get<4>(bytes.data() + 16));
+        a.message_bytes = static_cast<std::uint32_t>(detail::wire::get<4>(bytes.data() + 20));
         for (std::size_t r = 0; r < n; ++r)
-            a.rails.push_back(endpoint::from_bytes(bytes.subspan(16 + 32 * r, 32)));
+            a.rails.push_back(endpoint::from_bytes(bytes.subspan(24 + 32 * r, 32)));
         return a;
     }
 
@@ -196,6 +203,11 @@ struct message_header {
         h.ack = detail::wire::get<8>(in + 16);
         h.length = static_cast<std::uint32_t>(detail::wire::get<4>(in + 24));
         h.imm = static_cast<std::uint32_t>(detail::wire::get<4>(in + 28));
+        if (h.kind == message_kind::ack && (h.seq != 0 || h.length != 0)) [[unlikely]]
+            detail::throw_argument("cannot decode a multi-rail message: an acknowledgement with a sequence number or "
+                                   "a payload");
+        if (h.kind != message_kind::ack && h.seq == 0) [[unlikely]]
+            detail::throw_argument("cannot decode a multi-rail message: a numbered message with number 0");
         if (h.length > bytes.size() - wire_size) [[unlikely]]
             detail::throw_argument("cannot decode a multi-rail message: its payload of " + std::to_string(h.length) +
                                    " bytes is longer than the " + std::to_string(bytes.size() - wire_size) +
