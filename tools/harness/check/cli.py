@@ -20,7 +20,8 @@ builds the chosen suites need, then runs the suites (all of them by default, in 
                 multi-rail tests of the g++ build in a tools/softroce --rails 2 run (suite multirail)
   nodes         2 VMs, then 3, on a virtual switch (tools/softroce --nodes N): rdma-core's
                 programs and rdmacxx over MPI and PMIx across the wire, then the faults
-                (tools/nodes-wire)
+                (tools/nodes-wire); then 2 VMs with 2 rails each (--rails 2): a multi-rail
+                connection across them, its faults on node 2's links (tests/mpi/multirail_test.cpp)
   lint          clang-format, clang-tidy on the examples, doxygen (warnings are errors),
                 shellcheck on the shell scripts
 

@@ -218,6 +218,7 @@ def suite_nodes(ctx: Context) -> None:
             else:
                 print(f"--- {st.stem}\n{log}")
                 ctx.tally.bad(f"{st.stem} ({n} nodes)")
+    multirail_across(ctx, logs)
     figures = []
     for f in sorted((logs / "2").glob("fault_*.log")):
         for line in f.read_text(errors="replace").splitlines():
@@ -228,6 +229,33 @@ def suite_nodes(ctx: Context) -> None:
             if m:
                 figures.append(m.group(1))
     print("\n".join(figures))
+
+
+def multirail_across(ctx: Context, logs: Path) -> None:
+    """A multi-rail connection across 2 nodes with 2 rails each (tools/softroce --nodes 2
+    --rails 2): tests/mpi/multirail_test.cpp under mpirun, one rank per node, the faults made on
+    node 2's links. One check; its figures printed."""
+    gcc = ctx.folder("gcc")
+    program = gcc / "tests" / "mpi_multirail_tests"
+    if not program.exists():
+        ctx.tally.bad("mpi_multirail_tests was not built")
+        return
+    log = logs / "multirail_across.log"
+    script = ('timeout 700 mpirun --allow-run-as-root -H 198.18.0.1,198.18.0.2 -np 2 --mca pml ob1 '
+              '--mca btl self,tcp --mca btl_tcp_if_include eth0 "$1"')
+    with log.open("w") as out:
+        status = run(["tools/softroce", "--timeout", "900", "--nodes", "2", "--rails", "2", "--", "bash", "-c",
+                      script, "multirail", str(program)], ctx.top, limit=1000, stdout=out,
+                     stderr=subprocess.STDOUT).returncode
+    text = log.read_text(errors="replace")
+    for line in text.splitlines():
+        if "MESSAGE:" in line or re.match(r"^softroce: ([0-9]+ nodes up|.*(failed|stopped|timed out))", line):
+            print(line)
+    if status == 0:
+        ctx.tally.ok("multirail_across_2_nodes_2_rails")
+    else:
+        print("\n".join(text.splitlines()[-60:]))
+        ctx.tally.bad(f"multirail_across_2_nodes_2_rails (exit {status})")
 
 
 def _parallel(cmds: list[list[str]], top: Path) -> list[tuple[list[str], int, str]]:
