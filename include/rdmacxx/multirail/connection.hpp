@@ -75,14 +75,35 @@ inline void connection::connect(std::span<std::byte const> peer) {
             rdmacxx::detail::throw_argument("multirail::connection::connect: connected already (renew() first)");
     leader_ = nonce_ > a.nonce;
     peer_ = a.rails;
+    // A rail whose path is down now (RTR cannot resolve the peer: ENETUNREACH, ETIMEDOUT) starts
+    // down and is rebuilt later, as any rail that failed; with no rail at all, connect fails.
+    std::optional<rdmacxx::error> first;
     for (std::size_t r = 0; r < rails_.size(); ++r) {
-        rails_[r]->current.qp->connect(*rails_[r]->port, peer_[r], opt_.settings);
-        post_receives(r);
-        rails_[r]->state = rail_state::up;
+        detail::rail& x = *rails_[r];
+        try {
+            x.current.qp->connect(*x.port, peer_[r], opt_.settings);
+            post_receives(r);
+            x.state = rail_state::up;
+        } catch (rdmacxx::error const& e) {
+            if (!first) first.emplace(e);
+            x.state = rail_state::down;
+            x.down_at = std::chrono::steady_clock::now();
+            x.reason = e.code();
+            ++x.counters.failures;
+            event down{};
+            down.what = event::kind::rail_down;
+            down.rail = static_cast<std::uint32_t>(r);
+            down.reason = e.code();
+            events_.push_back(down);
+        }
+    }
+    if (rails_up() == 0) [[unlikely]] {
+        first->push_context("multirail::connection::connect: no rail could be connected");
+        throw *first;
     }
     if (connected_) // again, after renew(): these rails are rebuilt
         for (auto const& r : rails_)
-            ++r->counters.rebuilds;
+            if (r->state == rail_state::up) ++r->counters.rebuilds;
     connected_ = true;
     ++epoch_;
     ack_sent_ = 0; // the next poll says what this side has released, whatever was lost before

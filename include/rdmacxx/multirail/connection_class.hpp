@@ -149,10 +149,12 @@ public:
     /// message size, and every rail's endpoint.
     [[nodiscard]] std::vector<std::byte> address() const;
     /// Connects every rail to the peer's (`peer`: its `address()`), posts the receives, and
-    /// decides who leads rebuilds. Again after `renew()`: the same, and what waited is carried at
+    /// decides who leads rebuilds. A rail that cannot be connected now (its path down: RTR
+    /// fails) starts down (a `rail_down` event) and is rebuilt once its ports are active. Again after `renew()`: the same, and what waited is carried at
     /// the next `poll` (after the barrier: see the class).
     /// @throws argument_error for an address that does not decode, another number of rails,
-    ///         another window or message size, the same nonce; what `queue_pair::connect` throws.
+    ///         another window or message size, the same nonce; what `queue_pair::connect` throws
+    ///         for the first rail when no rail could be connected.
     void connect(std::span<std::byte const> peer);
 
     /// Makes every rail a new QP (the old ones go to ERR; their requests come back flushed and
