@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,15 +25,6 @@ namespace mr = rdmacxx::multirail;
 using steady = std::chrono::steady_clock;
 
 namespace {
-
-std::vector<mr::rail_spec> rails_of(std::string list) {
-    std::vector<mr::rail_spec> out;
-    std::stringstream in{list};
-    for (std::string name; std::getline(in, name, ',');)
-        if (!name.empty()) out.push_back({name, 1});
-    if (out.empty()) throw rx::argument_error("multirail_copy: no device given (-d, or RDMACXX_DEVICES)");
-    return out;
-}
 
 char const* state_name(mr::rail_state s) {
     switch (s) {
@@ -95,7 +85,7 @@ int copy(int argc, char** argv) {
     bool const writer = boot.rank() == 0;
     mr::connection_options opt;
     opt.chunk_bytes = chunk_kib << 10;
-    mr::connection conn{rails_of(devices), opt};
+    mr::connection conn{mr::parse_rails(devices), opt}; // "rxe0,rxe1", each device's port 1
     auto exchange = [&](std::vector<std::byte> const& mine) {
         std::vector<std::byte> all(mine.size() * 2);
         boot.allgather(mine, all);

@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,13 +28,10 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// The rails of this run (RDMACXX_DEVICES), at least two; fails the test otherwise.
+// The rails of this run (RDMACXX_DEVICES), the first two; fails the test with fewer.
 std::vector<mr::rail_spec> test_rails() {
     char const* devices = std::getenv("RDMACXX_DEVICES");
-    std::vector<mr::rail_spec> out;
-    std::stringstream list{devices != nullptr ? devices : ""};
-    for (std::string name; std::getline(list, name, ',');)
-        if (!name.empty()) out.push_back({name, 1});
+    std::vector<mr::rail_spec> out = mr::parse_rails(devices != nullptr ? devices : "");
     REQUIRE_MESSAGE(out.size() >= 2, "the multi-rail tests need two rails: run them under tools/softroce --rails 2 "
                                      "(RDMACXX_DEVICES is '"
                                          << (devices != nullptr ? devices : "") << "')");

@@ -19,7 +19,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,10 +31,7 @@ namespace {
 
 std::vector<mr::rail_spec> node_rails() {
     char const* devices = std::getenv("RDMACXX_DEVICES");
-    std::vector<mr::rail_spec> out;
-    std::stringstream list{devices != nullptr ? devices : ""};
-    for (std::string name; std::getline(list, name, ',');)
-        if (!name.empty()) out.push_back({name, 1});
+    std::vector<mr::rail_spec> out = mr::parse_rails(devices != nullptr ? devices : "");
     REQUIRE_MESSAGE(out.size() == 2, "needs two rails on every node: tools/softroce --nodes 2 --rails 2 (RDMACXX_DEVICES '"
                                          << (devices != nullptr ? devices : "") << "')");
     return out;

@@ -2,6 +2,7 @@
 // round-trip and are big-endian; every decode refuses what is wrong; the sender's window frees a
 // message only once it is acknowledged and off the rails; the receiver's window puts arrivals
 // back in order and drops duplicates.
+#include "rdmacxx/multirail/rail.hpp"
 #include "rdmacxx/multirail/window.hpp"
 #include "rdmacxx/multirail/wire.hpp"
 
@@ -143,4 +144,18 @@ TEST_CASE("multirail window: the receiver puts arrivals in order and drops dupli
     CHECK(r.released() == 2);
     CHECK(r.take(header(1), p) == arrival::duplicate);
     CHECK(r.take(header(6), p) == arrival::accepted);
+}
+
+TEST_CASE("multirail: a list of rails parses, with or without ports; a bad one is refused") {
+    auto const r = mr::parse_rails("mlx5_0,,mlx5_1/2");
+    REQUIRE(r.size() == 2);
+    CHECK(r[0].device == "mlx5_0");
+    CHECK(r[0].port == 1);
+    CHECK(r[1].device == "mlx5_1");
+    CHECK(r[1].port == 2);
+    CHECK_THROWS_AS((void)mr::parse_rails(""), rx::argument_error);
+    CHECK_THROWS_AS((void)mr::parse_rails("a/0"), rx::argument_error);
+    CHECK_THROWS_AS((void)mr::parse_rails("a/256"), rx::argument_error);
+    CHECK_THROWS_AS((void)mr::parse_rails("a/x"), rx::argument_error);
+    CHECK_THROWS_AS((void)mr::parse_rails("a,b,c,d,e,f,g,h,i"), rx::argument_error);
 }

@@ -25,6 +25,7 @@
 #include <utility>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rdmacxx {
@@ -36,6 +37,41 @@ struct rail_spec {
     std::string device;        ///< the RDMA device, e.g. "rxe1" (`device_list::find`)
     std::uint8_t port = 1;     ///< its port
 };
+
+/// The rails of a list such as "mlx5_0,mlx5_1/2" (or tools/softroce's RDMACXX_DEVICES):
+/// comma-separated devices, each with `/PORT` (1 to 255) or port 1; empty entries are skipped.
+/// @throws argument_error for no rail, more than `max_rails`, or a port that is not a number from
+///         1 to 255.
+[[nodiscard]] inline std::vector<rail_spec> parse_rails(std::string_view list) {
+    std::vector<rail_spec> out;
+    while (!list.empty()) {
+        std::size_t const comma = list.find(',');
+        std::string_view item = list.substr(0, comma);
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+        if (item.empty()) continue;
+        rail_spec r;
+        if (std::size_t const slash = item.find('/'); slash != std::string_view::npos) {
+            std::string_view const port = item.substr(slash + 1);
+            unsigned value = 0;
+            bool ok = !port.empty() && port.size() <= 3;
+            for (char c : port) {
+                ok = ok && c >= '0' && c <= '9';
+                value = value * 10 + static_cast<unsigned>(c - '0');
+            }
+            if (!ok || value == 0 || value > 255) [[unlikely]]
+                detail::throw_argument("multirail::parse_rails: the port of \"" + std::string{item} +
+                                       "\" is not a number from 1 to 255");
+            r.port = static_cast<std::uint8_t>(value);
+            item = item.substr(0, slash);
+        }
+        r.device = std::string{item};
+        out.push_back(std::move(r));
+    }
+    if (out.empty() || out.size() > max_rails) [[unlikely]]
+        detail::throw_argument("multirail::parse_rails: " + std::to_string(out.size()) + " rails (1 to " +
+                               std::to_string(max_rails) + ")");
+    return out;
+}
 
 /// A rail's state. `up`: it carries work. `down`: an error completion or a port event took it
 /// out of rotation; its work was carried on the others. `rebuilding`: new QPs are being

@@ -117,6 +117,15 @@ def suite_device(ctx: Context) -> None:
     device_part(ctx, "all")
 
 
+def show_tests(tests: list, label: str) -> None:
+    """Prints each meson test's name, result and the last 40 lines of its output (doctest's
+    banner left out)."""
+    for t in tests:
+        tail = [ln for ln in t.output.splitlines()[-40:]
+                if not re.match(r"^\[doctest\] (doctest version|run with)", ln)]
+        print(f"--- {t.name} ({label}): {t.result}\n" + "\n".join(tail))
+
+
 def multirail_part(ctx: Context) -> None:
     """The multi-rail tests of the g++ build (meson suite multirail) in one tools/softroce
     --rails 2 run: two devices, each on its own interface."""
@@ -130,10 +139,7 @@ def multirail_part(ctx: Context) -> None:
         ctx.tally.bad(f"multirail tests did not run (softroce --rails 2 exit {status})")
         return
     tests = read_testlog(log)
-    for t in tests:
-        tail = [ln for ln in t.output.splitlines()[-40:]
-                if not re.match(r"^\[doctest\] (doctest version|run with)", ln)]
-        print(f"--- {t.name} (gcc, 2 rails): {t.result}\n" + "\n".join(tail))
+    show_tests(tests, "gcc, 2 rails")
     ctx.tally.meson_tests("multirail gcc", tests, doctest=True)
 
 
@@ -169,10 +175,7 @@ def device_part(ctx: Context, part: str) -> None:
             ctx.tally.bad(f"device tests ({b}) did not run")
             continue
         tests = read_testlog(log)
-        for t in tests:
-            tail = [ln for ln in t.output.splitlines()[-40:]
-                    if not re.match(r"^\[doctest\] (doctest version|run with)", ln)]
-            print(f"--- {t.name} ({b}): {t.result}\n" + "\n".join(tail))
+        show_tests(tests, b)
         ctx.tally.meson_tests(f"device {b}", tests, doctest=True)
     for status_file in sorted(logs.glob("*.status")):
         if status_file.name in before:
