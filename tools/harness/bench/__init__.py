@@ -3,7 +3,7 @@
 Usage: tools/bench [--quick] [--out DIR] [--h2h-reps N] [--reps N] [--passes P] [--min-time S]
                    [--full] [--reg-max BYTES] [--build DIR] [--no-perftest] [--no-suite]
                    [--groups "G …"] [--report-only]
-       tools/bench --nodes 2 [--quick] [--out DIR] [--h2h-reps N] [--build DIR] [--report-only]
+       tools/bench --nodes 2 [--rails 2] [--quick] [--out DIR] [--h2h-reps N] [--build DIR] [--report-only]
 
 Builds what it runs (release, in --build, default build-perf: benchmarks/bench,
 benchmarks/bench-asio when Meson finds Asio, and rdmacxx-perf) when needed, then makes ONE
@@ -63,7 +63,11 @@ Options:
 
 Across the wire (--nodes 2): ONE `tools/softroce --nodes 2` run; the same head-to-head rows (and
 the defaults block), each server on node 1 and each client on node 2 (over ssh), alternately,
---h2h-reps times. No suite (it is one process).
+--h2h-reps times. No suite (it is one process). With --rails 2 (`tools/softroce --nodes 2 --rails 2`)
+also one rail against two: examples/multirail_copy from node 1 to node 2 over rxe0 alone and over
+rxe0 and rxe1 striped, alternately, --h2h-reps times each (3 rounds of 64 MiB; --quick 2 of 16),
+every byte verified; DIR/multirail.txt has the MB/s medians, their spread and the ratio (add
+--no-perftest for these rows alone).
 
 Conventions: latency is perftest's t_typical (the median; half a round trip for send_lat and
 write_lat, the whole operation for read_lat and atomic_lat), from both tools' own output, parsed

@@ -20,6 +20,7 @@ class Options:
     top: str
     out: str = ""
     nodes: int = 1
+    rails: int = 1
     reps: int = 3
     h2h_reps: int = 5
     passes: int = 2
@@ -49,6 +50,7 @@ class Options:
 _VALUED = {
     "--out": ("out", "--out needs a folder"),
     "--nodes": ("nodes", "--nodes needs a number"),
+    "--rails": ("rails", "--rails needs a number"),
     "--reps": ("reps", "--reps needs a number"),
     "--h2h-reps": ("h2h_reps", "--h2h-reps needs a number"),
     "--passes": ("passes", "--passes needs a number"),
@@ -96,6 +98,11 @@ def parse(argv, top, cwd=None):
     if given.get("nodes", "1") not in ("1", "2"):
         raise UsageError("--nodes is 1 or 2")
     opts.nodes = int(given.get("nodes", "1"))
+    if given.get("rails", "1") not in ("1", "2"):
+        raise UsageError("--rails is 1 or 2")
+    opts.rails = int(given.get("rails", "1"))
+    if opts.rails == 2 and opts.nodes != 2:
+        raise UsageError("--rails 2 goes with --nodes 2")
     for field in ("reps", "h2h_reps", "passes", "reg_max"):
         if field in given and not re.fullmatch(r"[1-9][0-9]*", given[field]):
             raise UsageError("--reps, --h2h-reps, --passes and --reg-max need positive numbers")
@@ -137,7 +144,7 @@ def parse(argv, top, cwd=None):
 
 def inside_args(opts):
     """The arguments of the device run (tools/bench --inside) that carries OPTS into the VM."""
-    args = ["--inside", "--nodes", str(opts.nodes), "--out", opts.out, "--reps", str(opts.reps),
+    args = ["--inside", "--nodes", str(opts.nodes), "--rails", str(opts.rails), "--out", opts.out, "--reps", str(opts.reps),
             "--h2h-reps", str(opts.h2h_reps), "--passes", str(opts.passes), "--min-time", opts.min_time,
             "--reg-max", str(opts.reg_max), "--build", opts.build, "--groups", " ".join(opts.groups)]
     if opts.sizes == "full":

@@ -28,6 +28,8 @@ def targets(opts, ninja_targets):
     """The ninja targets the run needs; NINJA_TARGETS is `ninja -t targets all`'s output (bench-asio
     is there only when Meson found Asio)."""
     wanted = [RDMACXX_PERF]
+    if opts.rails == 2:
+        wanted.append("examples/multirail_copy")
     if opts.suite and any(opts.has_group(g) for g in ("reg", "lat", "bw", "rate", "cq")):
         wanted.append(BENCH)
     if opts.suite and opts.has_group("asio") and any(
@@ -55,6 +57,8 @@ def softroce_command(opts):
     command = [os.path.join(opts.top, "tools", "softroce"), "--timeout", "7200"]
     if opts.nodes == 2:
         command += ["--nodes", "2"]
+    if opts.rails == 2:
+        command += ["--rails", "2"]
     return [*command, "--", os.path.join(opts.top, "tools", "bench"), *cli.inside_args(opts)]
 
 

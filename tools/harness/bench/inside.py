@@ -3,7 +3,7 @@
 import os
 import sys
 
-from harness.bench import env, h2h, nodes, suite
+from harness.bench import env, h2h, multirail, nodes, suite
 
 
 def run(opts):
@@ -29,6 +29,8 @@ def run(opts):
     env.record(os.path.join(opts.out, "env.json"), opts, device, gid)
     if opts.perftest:
         h2h.run(opts, device, gid, server, client_prefix)
+    if opts.rails == 2:
+        multirail.run(opts)
     if opts.suite:
         if opts.has_group("reg"):
             suite.run_registration(opts)

@@ -249,4 +249,10 @@ def report(out, host_cpus=None, plot=True):
         h2h_report(out, host_cpus)
     if has_suite:
         suite_report(out, host_cpus, plot)
+    from harness.bench import multirail
+    table = multirail.report(runs)
+    if table:
+        with open(os.path.join(out, "multirail.txt"), "w") as f:
+            f.write(table)
+        print(table)
     return 0

@@ -115,14 +115,22 @@ class InsideArgs(unittest.TestCase):
             o = parse(*argv)
             inner = cli.parse(cli.inside_args(o), TOP, cwd="/elsewhere")
             self.assertTrue(inner.inside)
-            for field in ("out", "nodes", "reps", "h2h_reps", "passes", "min_time", "sizes", "reg_max", "build",
+            for field in ("out", "nodes", "rails", "reps", "h2h_reps", "passes", "min_time", "sizes", "reg_max", "build",
                           "perftest", "suite", "groups", "quick"):
                 self.assertEqual(getattr(inner, field), getattr(o, field), (argv, field))
+
+    def test_rails(self):
+        o = parse("--nodes", "2", "--rails", "2")
+        self.assertEqual((o.nodes, o.rails), (2, 2))
+        for bad in (("--rails", "2"), ("--nodes", "2", "--rails", "3")):
+            with self.assertRaises(cli.UsageError):
+                parse(*bad)
 
     def test_words(self):
         o = parse("--quick")
         self.assertEqual(cli.inside_args(o), [
-            "--inside", "--nodes", "1", "--out", "/src/rdmacxx/bench-results", "--reps", "1", "--h2h-reps", "2",
+            "--inside", "--nodes", "1", "--rails", "1", "--out", "/src/rdmacxx/bench-results", "--reps", "1",
+            "--h2h-reps", "2",
             "--passes", "1", "--min-time", "0.01", "--reg-max", "16777216", "--build", "/src/rdmacxx/build-perf",
             "--groups", "reg lat bw rate cq asio", "--quick"])
 

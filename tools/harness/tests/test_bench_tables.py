@@ -226,3 +226,21 @@ class Syscalls(unittest.TestCase):
         text = "\n".join(tables.suite_syscalls(rows))
         self.assertIn("system calls per operation", text)
         self.assertRegex(text, r"SEND round trip 8 B\s+per round trip\s+2.5\s+2\s+2\s+1.250")
+
+
+class MultirailRows(unittest.TestCase):
+    """One rail against two: multirail_copy's figures parsed, the table and its ratio."""
+
+    def test_throughput_and_report(self):
+        from harness.bench import multirail
+        out = "copied: 3 rounds of 64 MiB in 20.00 s, 10.1 MB/s\nverified: 3 of 3 rounds arrived byte for byte\n"
+        self.assertEqual(multirail.throughput(out), 10.1)
+        self.assertIsNone(multirail.throughput(out.replace("3 of 3", "2 of 3")))
+        self.assertIsNone(multirail.throughput("nothing"))
+        with tempfile.TemporaryDirectory() as runs:
+            with open(os.path.join(runs, "multirail.json"), "w") as f:
+                json.dump({"mib": 64, "rounds": 3, "rows": {"one rail (rxe0)": [10.0, 12.0, None],
+                                                            "two rails (rxe0,rxe1), striped": [11.0, 13.0, 12.0]}}, f)
+            table = multirail.report(runs)
+        self.assertIn("two rails / one rail: 1.091", table)
+        self.assertIn("2/3", table)
