@@ -34,8 +34,8 @@
 //      each, print "clients done", then hold their connections until killed (or 600 s).
 //   -d  the CM driver of the server: engine (the default) or blocking
 //   -a  ACK timeout in ms of every QP (default 67 ms, which with 6 retries gives up on a silent
-//      peer after about 470 ms): tools/nodes-wire gives 1,000 connections on emulated nodes of
-//      a loaded host more.
+//      peer after about 470 ms), and an RNR back-off of a tenth of it (at most 491.52 ms; default
+//      1.28 ms): tools/nodes-wire gives 1,000 connections on emulated nodes of a loaded host more.
 #include "rdmacxx/rdmacxx.hpp"
 
 #include "server_modes.hpp"
@@ -540,7 +540,14 @@ int main(int argc, char** argv) try {
         std::cerr << "cm_shared_server: -b address (the RDMA device's IP address) is required\n";
         return 2;
     }
-    if (modes.ack_timeout.count() > 0) options.settings.local_ack_timeout = modes.ack_timeout;
+    if (modes.ack_timeout.count() > 0) {
+        options.settings.local_ack_timeout = modes.ack_timeout;
+        // The same patience for a receiver that falls behind (the server's SRQ refilled late on a
+        // starved node): its RNR NAKs ask for a back-off of a tenth of the ACK timeout, at most
+        // the IB table's 491.52 ms, 6 times over.
+        options.settings.min_rnr_timer =
+            std::min<std::chrono::microseconds>(modes.ack_timeout / 10, std::chrono::microseconds{491520});
+    }
     if (blocking) { // two descriptors per connection (its CM channel, its monitor's eventfd): the soft
                     // limit of 1,024 ends near 500 connections; take the hard limit
         rlimit files{};

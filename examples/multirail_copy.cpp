@@ -52,7 +52,7 @@ void print_rails(mr::connection const& c, double seconds) {
 
 void fill(std::span<std::byte> s, unsigned round) {
     for (std::size_t i = 0; i < s.size(); ++i)
-        s[i] = static_cast<std::byte>((i * 7 + round * 13 + i / 4093) & 0xff);
+        s[i] = static_cast<std::byte>((i * 7 + std::size_t{round} * 13 + i / 4093) & 0xff);
 }
 
 int copy(int argc, char** argv) {
@@ -113,7 +113,8 @@ int copy(int argc, char** argv) {
             if (ev[k].what == mr::event::kind::write_arrived) ++arrived;
             if (ev[k].what == mr::event::kind::rail_down)
                 std::printf("  rank %d: rail %u down (%s)\n", boot.rank(), ev[k].rail, ev[k].reason.message().c_str());
-            if (ev[k].what == mr::event::kind::rail_up) std::printf("  rank %d: rail %u up again\n", boot.rank(), ev[k].rail);
+            if (ev[k].what == mr::event::kind::rail_up)
+                std::printf("  rank %d: rail %u up again\n", boot.rank(), ev[k].rail);
             if (ev[k].what == mr::event::kind::write_failed)
                 throw rx::error(ev[k].reason, "multirail_copy: a WRITE was refused");
         }

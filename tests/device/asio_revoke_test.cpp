@@ -106,9 +106,8 @@ struct loan_fixture {
     // b's WRITE through `span`, awaited; its outcome.
     std::error_code write_from_b(rx::remote_span<std::byte> span) {
         std::optional<std::error_code> outcome;
-        rxa::async_post(p.d, p.b, rx::write{late.span(), span}, [&](std::error_code ec, rx::work_completion) {
-            outcome = ec;
-        });
+        rxa::async_post(p.d, p.b, rx::write{late.span(), span},
+                        [&](std::error_code ec, rx::work_completion) { outcome = ec; });
         test::run_bounded(p.io);
         REQUIRE(outcome.has_value());
         return *outcome;
@@ -267,11 +266,11 @@ TEST_CASE("asio: io::loan — a wait cancelled through its slot completes only a
         ::asio::cancellation_signal cancel;
         std::optional<std::error_code> outcome;
         bool lent_in_handler = true;
-        lent.async_wait_return(pool, ::asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec,
-                                                                                        rxa::received_message) {
-                                   outcome = ec;
-                                   lent_in_handler = lent.lent();
-                               }));
+        lent.async_wait_return(
+            pool, ::asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec, rxa::received_message) {
+                outcome = ec;
+                lent_in_handler = lent.lent();
+            }));
         cancel.emit(::asio::cancellation_type::terminal);
         CHECK_FALSE(outcome.has_value());
         test::run_bounded(f.p.io);

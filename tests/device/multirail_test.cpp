@@ -59,8 +59,7 @@ struct pair {
             auto const end = steady::now() + 10s;
             while (!(a.port_active(0) && a.port_active(1)) && steady::now() < end)
                 std::this_thread::sleep_for(10ms);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
     pair(pair const&) = delete;
     pair& operator=(pair const&) = delete;
@@ -75,7 +74,7 @@ struct pair {
         auto const end = steady::now() + bound;
         std::array<mr::event, 64> ev{};
         while (!done()) {
-            REQUIRE_MESSAGE(steady::now() < end, what << ": not within " << bound.count() << " ms");
+            REQUIRE_MESSAGE(steady::now() < end, std::string{what} << ": not within " << bound.count() << " ms");
             for (std::size_t n = a.poll(ev), k = 0; k < n; ++k) {
                 seen_a.push_back(ev[k]);
                 if (ev[k].what == mr::event::kind::rail_down && down_seen == steady::time_point{})
@@ -199,9 +198,10 @@ TEST_CASE("multirail: rail 1's link down mid-transfer: the transfer completes on
     CHECK(p.a.counters(1).failures == 1);
     CHECK(p.a.state(0) == mr::rail_state::up);
     auto const detect = std::chrono::duration_cast<std::chrono::microseconds>(p.down_seen - fault);
-    MESSAGE("rail 1 marked down " << detect.count() << " us after `ip link set rxcxx1 down` started, "
-                                  << std::chrono::duration_cast<std::chrono::microseconds>(p.down_seen - link_down).count()
-                                  << " us after it returned (its port's event; the bound is a poll's time)");
+    MESSAGE(
+        "rail 1 marked down " << detect.count() << " us after `ip link set rxcxx1 down` started, "
+                              << std::chrono::duration_cast<std::chrono::microseconds>(p.down_seen - link_down).count()
+                              << " us after it returned (its port's event; the bound is a poll's time)");
     CHECK(detect < 1s);
     messages(p, 500); // on rail 0 alone
     std::uint64_t const bytes1 = p.a.counters(1).bytes;
@@ -278,13 +278,11 @@ TEST_CASE("multirail: both rails down, then up again: renewed and connected agai
         REQUIRE_MESSAGE(steady::now() - outage < 10s, "both sides did not see every rail down within 10 s");
         try {
             (void)p.a.poll(ev);
-        } catch (mr::rails_down_error const&) {
-        }
+        } catch (mr::rails_down_error const&) {}
         try {
             for (std::size_t n = p.b.poll(ev), k = 0; k < n; ++k)
                 p.on_b(ev[k]);
-        } catch (mr::rails_down_error const&) {
-        }
+        } catch (mr::rails_down_error const&) {}
     }
     set_link(0, true);
     set_link(1, true);

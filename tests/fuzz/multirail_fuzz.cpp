@@ -20,15 +20,13 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
         FUZZ_CHECK(!a.rails.empty() && a.rails.size() <= mr::max_rails);
         mr::rail_address const b = mr::rail_address::from_bytes(a.to_bytes());
         FUZZ_CHECK(b.nonce == a.nonce && b.window == a.window && b.message_bytes == a.message_bytes &&
-                   b.rails == a.rails);
-    } catch (rx::argument_error const&) {
-    }
+                   b.epoch == a.epoch && b.rails == a.rails);
+    } catch (rx::argument_error const&) {}
     try {
         mr::remote_region const r = mr::remote_region::from_bytes(in);
         mr::remote_region const s = mr::remote_region::from_bytes(r.to_bytes());
         FUZZ_CHECK(s.address == r.address && s.length == r.length && s.rkeys == r.rkeys);
-    } catch (rx::argument_error const&) {
-    }
+    } catch (rx::argument_error const&) {}
     try {
         mr::message_header const h = mr::message_header::read(in);
         FUZZ_CHECK(h.length <= size - mr::message_header::wire_size);
@@ -37,7 +35,6 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
             auto const got = w.take(h, in.subspan(mr::message_header::wire_size, h.length));
             FUZZ_CHECK((got == mr::detail::receive_window::arrival::accepted) == (h.seq >= 1 && h.seq <= 8));
         }
-    } catch (rx::argument_error const&) {
-    }
+    } catch (rx::argument_error const&) {}
     return 0;
 }

@@ -32,8 +32,9 @@ namespace {
 std::vector<mr::rail_spec> node_rails() {
     char const* devices = std::getenv("RDMACXX_DEVICES");
     std::vector<mr::rail_spec> out = mr::parse_rails(devices != nullptr ? devices : "");
-    REQUIRE_MESSAGE(out.size() == 2, "needs two rails on every node: tools/softroce --nodes 2 --rails 2 (RDMACXX_DEVICES '"
-                                         << (devices != nullptr ? devices : "") << "')");
+    REQUIRE_MESSAGE(out.size() == 2,
+                    "needs two rails on every node: tools/softroce --nodes 2 --rails 2 (RDMACXX_DEVICES '"
+                        << (devices != nullptr ? devices : "") << "')");
     return out;
 }
 
@@ -73,8 +74,8 @@ struct side {
         auto const end = steady::now() + bound;
         std::array<mr::event, 64> ev{};
         while (!done()) {
-            REQUIRE_MESSAGE(steady::now() < end, what << ": not within " << bound.count() << " ms (rank "
-                                                      << boot.rank() << ")");
+            REQUIRE_MESSAGE(steady::now() < end, std::string{what} << ": not within " << bound.count() << " ms (rank "
+                                                                   << boot.rank() << ")");
             for (std::size_t n = conn.poll(ev), k = 0; k < n; ++k) {
                 mr::event const& e = ev[k];
                 seen.push_back(e);
@@ -96,7 +97,8 @@ struct side {
         pump([&] { return steady::now() > until; }, d + 5s, "acknowledging");
     }
     [[nodiscard]] std::size_t count(mr::event::kind k) const {
-        return static_cast<std::size_t>(std::count_if(seen.begin(), seen.end(), [k](auto const& e) { return e.what == k; }));
+        return static_cast<std::size_t>(
+            std::count_if(seen.begin(), seen.end(), [k](auto const& e) { return e.what == k; }));
     }
 };
 
@@ -197,12 +199,13 @@ TEST_CASE("multirail across two nodes: striped transfer, rail 1 down on node 2 m
             auto const took = std::chrono::duration_cast<std::chrono::milliseconds>(s.down_seen[1] - fault);
             rx::qp_settings const q = mr::connection_options{}.settings;
             auto const bound = rx::dead_peer_bound(q.local_ack_timeout, q.retry_count);
-            MESSAGE("rail 1 down on node 1 " << took.count() << " ms after the ssh that took node 2's eth1 down returned ("
-                                             << std::chrono::duration_cast<std::chrono::milliseconds>(s.down_seen[1] - fault_start).count()
-                                             << " ms after it began; bound "
-                                             << std::chrono::duration_cast<std::chrono::milliseconds>(bound).count()
-                                             << " ms + a poll); the transfer: rail 0 " << (s.conn.counters(0).bytes - before0)
-                                             << " bytes, rail 1 " << (s.conn.counters(1).bytes - before1) << " bytes");
+            MESSAGE("rail 1 down on node 1 "
+                    << took.count() << " ms after the ssh that took node 2's eth1 down returned ("
+                    << std::chrono::duration_cast<std::chrono::milliseconds>(s.down_seen[1] - fault_start).count()
+                    << " ms after it began; bound "
+                    << std::chrono::duration_cast<std::chrono::milliseconds>(bound).count()
+                    << " ms + a poll); the transfer: rail 0 " << (s.conn.counters(0).bytes - before0)
+                    << " bytes, rail 1 " << (s.conn.counters(1).bytes - before1) << " bytes");
             CHECK(took < bound + 1s);
             CHECK(s.conn.counters(1).failures == 1);
         }
@@ -216,9 +219,10 @@ TEST_CASE("multirail across two nodes: striped transfer, rail 1 down on node 2 m
         }
         s.pump([&] { return s.conn.state(1) == mr::rail_state::up; }, 60s, "rail 1 rebuilt");
         if (s.writer())
-            MESSAGE("rail 1 rebuilt " << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - up).count()
-                                      << " ms after node 2's eth1 came back up (rebuilds " << s.conn.counters(1).rebuilds
-                                      << ")");
+            MESSAGE(
+                "rail 1 rebuilt " << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - up).count()
+                                  << " ms after node 2's eth1 came back up (rebuilds " << s.conn.counters(1).rebuilds
+                                  << ")");
         CHECK(s.conn.counters(1).rebuilds == 1);
         s.boot.barrier();
         std::uint64_t const rail1 = s.conn.counters(1).bytes;

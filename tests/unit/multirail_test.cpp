@@ -27,7 +27,7 @@ rx::endpoint some_endpoint(std::uint32_t qpn) {
 } // namespace
 
 TEST_CASE("multirail wire: a rail address round-trips, big-endian, and bad ones are refused") {
-    mr::rail_address a{0x0102030405060708ULL, 64, 4096, {some_endpoint(0x11), some_endpoint(0x22)}};
+    mr::rail_address a{0x0102030405060708ULL, 64, 4096, 3, {some_endpoint(0x11), some_endpoint(0x22)}};
     auto const bytes = a.to_bytes();
     REQUIRE(bytes.size() == mr::rail_address::wire_size(2));
     CHECK(bytes[5] == std::byte{2});
@@ -37,6 +37,7 @@ TEST_CASE("multirail wire: a rail address round-trips, big-endian, and bad ones 
     CHECK(b.nonce == a.nonce);
     CHECK(b.window == 64);
     CHECK(b.message_bytes == 4096);
+    CHECK(b.epoch == 3);
     REQUIRE(b.rails.size() == 2);
     CHECK(b.rails[1].qpn == 0x22);
 
@@ -50,7 +51,10 @@ TEST_CASE("multirail wire: a rail address round-trips, big-endian, and bad ones 
     bad[6] = std::byte{1}; // reserved
     CHECK_THROWS_AS((void)mr::rail_address::from_bytes(bad), rx::argument_error);
     CHECK_THROWS_AS((void)mr::rail_address::from_bytes(std::span{bytes}.first(20)), rx::argument_error);
-    mr::rail_address const none{1, 1, 1, {}}; // no rail
+    bad = bytes;
+    bad[28] = std::byte{1}; // reserved
+    CHECK_THROWS_AS((void)mr::rail_address::from_bytes(bad), rx::argument_error);
+    mr::rail_address const none{1, 1, 1, 0, {}}; // no rail
     CHECK_THROWS_AS((void)none.to_bytes(), rx::argument_error);
 }
 
@@ -101,7 +105,7 @@ TEST_CASE("multirail window: the sender frees a message once acknowledged and of
     CHECK_FALSE(w.has_room());
     CHECK(w.waiting().size() == 4);
     for (auto i : slots)
-        w.posted(i, 0);
+        w.posted(i, 0, 0);
     w.completed(slots[0]);
     w.failed(slots[1]); // its rail went down: waiting again
     CHECK(w.waiting().size() == 1);
@@ -111,6 +115,9 @@ TEST_CASE("multirail window: the sender frees a message once acknowledged and of
     CHECK(w.has_room());
     CHECK(w.in_flight() == 2);
     CHECK_FALSE(w.acknowledge(9)); // beyond what was numbered
+    CHECK(w.posted_on(slots[2], 0, 0));
+    CHECK_FALSE(w.posted_on(slots[2], 0, 1)); // a completion of another QP's posting names nothing
+    CHECK_FALSE(w.posted_on(slots[2], 1, 0));
     // Acknowledged while still posted on a rail: its slot stays the device's until that completes.
     CHECK(w.acknowledge(4));
     CHECK(w.in_flight() == 0);

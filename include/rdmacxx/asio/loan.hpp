@@ -52,7 +52,7 @@ struct loan_step {
             // (the peer may still reach the memory: loan::async_wait_return).
             std::move(handler)(ec ? ec : reason, received_message{});
         else
-            std::move(handler)(ec, std::move(wc));
+            std::move(handler)(ec, wc);
     }
 };
 

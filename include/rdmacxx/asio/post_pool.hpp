@@ -151,7 +151,8 @@ void with_io_executor(Executor const& ex, OnIo&& on_io, Other&& other) {
 template <class Handler>
 void post_to_owner(std::shared_ptr<post_pool> const& pool, net::io_context::executor_type const& io,
                    Handler&& handler) {
-    net::post(io, net::bind_executor(io, net::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
+    net::post(io,
+              net::bind_executor(io, net::bind_allocator(pool_allocator<void>{pool}, std::forward<Handler>(handler))));
 }
 
 /// The executor of the pool's owner that `ex` is or holds (untracked), or null when it is none

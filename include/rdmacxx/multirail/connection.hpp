@@ -20,11 +20,12 @@ inline connection::connection(std::vector<rail_spec> const& rails, connection_op
     if (rails.empty() || rails.size() > max_rails) [[unlikely]]
         rdmacxx::detail::throw_argument("a multi-rail connection has 1 to " + std::to_string(max_rails) +
                                         " rails, not " + std::to_string(rails.size()));
-    if (opt.window == 0 || opt.window > 4096 || opt.message_bytes == 0 || opt.message_bytes > (1U << 20) ||
+    if (opt.window == 0 || opt.window > 4096 || opt.message_bytes < 64 || opt.message_bytes > (1U << 20) ||
         opt.chunk_bytes == 0 || opt.chunk_bytes > (std::size_t{1} << 30) || opt.send_depth == 0 ||
         opt.send_depth > 16384) [[unlikely]]
-        rdmacxx::detail::throw_argument("a multi-rail connection's window is 1 to 4096 messages, its message size 1 "
-                                        "byte to 1 MiB, its chunk size 1 byte to 1 GiB and its send depth 1 to 16384");
+        rdmacxx::detail::throw_argument("a multi-rail connection's window is 1 to 4096 messages, its message size 64 "
+                                        "bytes to 1 MiB (its control messages take 34), its chunk size 1 byte to 1 GiB "
+                                        "and its send depth 1 to 16384");
     // Each rail receives at most a window of numbered messages, as many duplicates after a failure,
     // and the acknowledgements in flight.
     std::uint32_t const receives = 2 * opt.window + 2 * ack_slots;
@@ -51,7 +52,7 @@ inline connection::~connection() {
 }
 
 inline std::vector<std::byte> connection::address() const {
-    rail_address a{nonce_, opt_.window, opt_.message_bytes, {}};
+    rail_address a{nonce_, opt_.window, opt_.message_bytes, epoch_, {}};
     for (auto const& r : rails_)
         a.rails.push_back(r->current.qp->local_endpoint(*r->port, opt_.settings));
     return a.to_bytes();
@@ -60,8 +61,9 @@ inline std::vector<std::byte> connection::address() const {
 inline void connection::connect(std::span<std::byte const> peer) {
     rail_address const a = rail_address::from_bytes(peer);
     if (a.rails.size() != rails_.size()) [[unlikely]]
-        rdmacxx::detail::throw_argument("multirail::connection::connect: the peer has " + std::to_string(a.rails.size()) +
-                                        " rails, this side " + std::to_string(rails_.size()));
+        rdmacxx::detail::throw_argument("multirail::connection::connect: the peer has " +
+                                        std::to_string(a.rails.size()) + " rails, this side " +
+                                        std::to_string(rails_.size()));
     if (a.window != opt_.window || a.message_bytes != opt_.message_bytes) [[unlikely]]
         rdmacxx::detail::throw_argument("multirail::connection::connect: the peer's window and message size (" +
                                         std::to_string(a.window) + ", " + std::to_string(a.message_bytes) +
@@ -70,22 +72,28 @@ inline void connection::connect(std::span<std::byte const> peer) {
     if (a.nonce == nonce_) [[unlikely]]
         rdmacxx::detail::throw_argument("multirail::connection::connect: the peer's nonce is this side's (its own "
                                         "address?)");
-    for (auto const& r : rails_)
-        if (r->current.qp->state() != IBV_QPS_RESET) [[unlikely]]
-            rdmacxx::detail::throw_argument("multirail::connection::connect: connected already (renew() first)");
+    if (connected_ && !renewed_) [[unlikely]]
+        rdmacxx::detail::throw_argument("multirail::connection::connect: connected already (renew() first)");
     leader_ = nonce_ > a.nonce;
     peer_ = a.rails;
     // A rail whose path is down now (RTR cannot resolve the peer: ENETUNREACH, ETIMEDOUT) starts
     // down and is rebuilt later, as any rail that failed; with no rail at all, connect fails.
-    std::optional<rdmacxx::error> first;
+    std::exception_ptr first;
     for (std::size_t r = 0; r < rails_.size(); ++r) {
         detail::rail& x = *rails_[r];
         try {
+            if (x.dead || !x.current.qp || x.current.qp->state() != IBV_QPS_RESET) [[unlikely]]
+                rdmacxx::detail::throw_argument("multirail::connection::connect: rail " + std::to_string(r) +
+                                                " has no new QP (its device failed)");
             x.current.qp->connect(*x.port, peer_[r], opt_.settings);
+            x.current.connected = true;
             post_receives(r);
             x.state = rail_state::up;
         } catch (rdmacxx::error const& e) {
-            if (!first) first.emplace(e);
+            if (!first) first = std::current_exception();
+            if (x.current.qp) try {
+                    x.current.qp->to_error(); // nothing of it may take a message now
+                } catch (rdmacxx::error const&) {}
             x.state = rail_state::down;
             x.down_at = std::chrono::steady_clock::now();
             x.reason = e.code();
@@ -97,28 +105,31 @@ inline void connection::connect(std::span<std::byte const> peer) {
             events_.push_back(down);
         }
     }
-    if (rails_up() == 0) [[unlikely]] {
-        first->push_context("multirail::connection::connect: no rail could be connected");
-        throw *first;
-    }
-    if (connected_) // again, after renew(): these rails are rebuilt
+    if (rails_up() == 0) [[unlikely]]
+        std::rethrow_exception(first); // no rail could be connected
+    if (connected_)                    // again, after renew(): these rails are rebuilt
         for (auto const& r : rails_)
             if (r->state == rail_state::up) ++r->counters.rebuilds;
     connected_ = true;
-    ++epoch_;
-    ack_sent_ = 0; // the next poll says what this side has released, whatever was lost before
+    renewed_ = false;
+    epoch_ = std::max(epoch_, a.epoch) + 1; // the same on both sides, whatever failed before
+    ack_sent_ = 0;                          // the next poll says what this side has released, whatever was lost before
 }
 
 inline void connection::renew() {
+    renewed_ = true; // no rebuild step from here to connect
     for (std::size_t k = 0; k < rails_.size(); ++k) {
         detail::rail& r = *rails_[k];
-        r.port = end_port{r.ctx, r.spec_.port}; // the GID may have changed
         if (r.state != rail_state::down) {
             r.state = rail_state::down;
             ++r.counters.failures;
         }
         take_down_qp(k);
-        new_qp(r);
+        if (r.dead) continue;
+        try {                                       // a rail that cannot be renewed now starts down at connect
+            r.port = end_port{r.ctx, r.spec_.port}; // the GID may have changed
+            new_qp(r);
+        } catch (rdmacxx::error const&) {}
     }
     steps_.clear(); // the rebuilds of the connection before
 }
@@ -136,7 +147,7 @@ inline void connection::throw_if_all_down(char const* what) const {
 }
 
 // The protocol failed (a corrupt message, a peer that does not keep it): unusable from now on.
-inline void connection::broken(std::string why) {
+inline void connection::broken(std::string const& why) {
     if (!broken_) broken_.emplace(std::make_error_code(std::errc::protocol_error), "multirail::connection: " + why);
 }
 
@@ -181,13 +192,20 @@ inline void connection::new_qp(detail::rail& r) {
     r.current.generation = r.generation;
 }
 
+// Posts every receive buffer of `rail` that no QP holds now on its current QP; a buffer still on
+// a retired QP goes on when that QP gives it back (a late message may still land in it).
 inline void connection::post_receives(std::size_t rail) {
     detail::rail& r = *rails_[rail];
-    for (std::uint32_t k = 0; k < r.slots; ++k) {
-        r.current.qp->post_recv(recv{r.recv_mr.span(k * r.slot_size, r.slot_size)}.id(
-            tag(recv_wr, rail, r.current.generation, k)));
-        ++r.current.outstanding;
-    }
+    for (std::uint32_t k = 0; k < r.slots; ++k)
+        if (r.slot_on[k] < 0) post_recv_slot(rail, k);
+}
+
+inline void connection::post_recv_slot(std::size_t rail, std::uint32_t slot) {
+    detail::rail& r = *rails_[rail];
+    r.current.qp->post_recv(
+        recv{r.recv_mr.span(slot * r.slot_size, r.slot_size)}.id(tag(recv_wr, rail, r.current.generation, slot)));
+    ++r.current.outstanding;
+    r.slot_on[slot] = r.current.generation;
 }
 
 inline std::uint64_t connection::write(region const& src, std::size_t offset, std::size_t length,
@@ -226,7 +244,7 @@ inline std::uint64_t connection::write(region const& src, std::size_t offset, st
             i = free_chunks_.back();
             free_chunks_.pop_back();
         }
-        chunks_[i] = chunk{id, at, dst_offset + at, std::min(unit, length - at), pin, -1, true};
+        chunks_[i] = chunk{id, at, dst_offset + at, std::min(unit, length - at), pin, -1, 0, true, false};
         w.chunks.push_back(i);
         waiting_chunks_.push_back(i);
     }
@@ -304,6 +322,10 @@ inline void connection::post_pending() {
     while (!waiting_chunks_.empty()) {
         std::uint32_t const i = waiting_chunks_.front();
         chunk& c = chunks_[i];
+        if (!c.live || c.cancelled || c.rail >= 0) { // its WRITE failed, or it is posted already
+            waiting_chunks_.pop_front();
+            continue;
+        }
         int const r = pick(c.pin, true);
         if (r < 0) break;
         auto const rail = static_cast<std::size_t>(r);
@@ -313,6 +335,7 @@ inline void connection::post_pending() {
         if (!post(r, rdmacxx::write{src, dst}.id(tag(chunk_wr, rail, rails_[rail]->current.generation, i)))) continue;
         waiting_chunks_.pop_front();
         c.rail = r;
+        c.gen = rails_[rail]->current.generation;
     }
     // Messages, oldest first; each carries the acknowledgement of what this side has released.
     while (!window_.waiting().empty()) {
@@ -327,7 +350,7 @@ inline void connection::post_pending() {
         auto const span = send_region_->local(rail).span(i * slot_bytes(), message_header::wire_size + s.length);
         if (!post(r, rdmacxx::send{span}.id(tag(message_wr, rail, rails_[rail]->current.generation, i)))) continue;
         ack_sent_ = std::max(ack_sent_, received_.released());
-        window_.posted(i, r);
+        window_.posted(i, r, rails_[rail]->current.generation);
     }
     post_ack(false);
 }
@@ -372,8 +395,14 @@ inline std::size_t connection::poll(std::span<event> out) {
         received_.release(seq);
     handed_out_.clear();
     for (std::size_t r = 0; r < rails_.size(); ++r) {
-        drain_events(r);
-        reap(r);
+        try {
+            drain_events(r);
+            reap(r);
+        } catch (rdmacxx::error const& e) { // its device failed under us: it stays down
+            rail_down(r, e.code());
+            abandon(r);
+            rails_[r]->dead = true;
+        }
     }
     apply_steps();
     tick();

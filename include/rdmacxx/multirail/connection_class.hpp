@@ -1,11 +1,11 @@
 #pragma once
 /// @file
 /// The class of `multirail::connection` (its members are defined in
-/// rdmacxx/multirail/connection.hpp, which includes this header: include that one): one connection between two processes over one RC QP per rail (an
-/// RDMA device and port each), that stripes large RDMA WRITEs over the rails that are up, sends
-/// messages exactly once and in order whatever rail carries them, takes a rail out of rotation
-/// on an error completion or a port event (its work carried on the others) and rebuilds it on
-/// new QPs when its port is active again. docs/multi-rail.md gives the semantics.
+/// rdmacxx/multirail/connection.hpp, which includes this header: include that one): one connection between two
+/// processes over one RC QP per rail (an RDMA device and port each), that stripes large RDMA WRITEs over the rails that
+/// are up, sends messages exactly once and in order whatever rail carries them, takes a rail out of rotation on an
+/// error completion or a port event (its work carried on the others) and rebuilds it on new QPs when its port is active
+/// again. docs/multi-rail.md gives the semantics.
 
 #include "rdmacxx/error.hpp"
 #include "rdmacxx/multirail/rail.hpp"
@@ -65,10 +65,10 @@ struct connection_options {
     /// peer may WRITE and READ registered memory, and a dead rail is found within
     /// `dead_peer_bound` (about 470 ms).
     qp_settings settings{.remote_access = access::remote_write | access::remote_read};
-    std::size_t chunk_bytes = 256 * 1024;   ///< stripe unit of a WRITE, in bytes
-    std::uint32_t window = 64;              ///< messages in flight (numbered, not acknowledged)
-    std::uint32_t message_bytes = 4096;     ///< largest payload of a message, in bytes
-    std::uint32_t send_depth = 256;         ///< send-queue requests per rail QP
+    std::size_t chunk_bytes = std::size_t{256} * 1024; ///< stripe unit of a WRITE, in bytes
+    std::uint32_t window = 64;                         ///< messages in flight (numbered, not acknowledged)
+    std::uint32_t message_bytes = 4096;                ///< largest payload of a message, in bytes (64 … 1 MiB)
+    std::uint32_t send_depth = 256;                    ///< send-queue requests per rail QP
     /// While a rail is down and its port active, the leader tries to rebuild it this often (a
     /// fault that raised no port event), and the follower asks it to.
     std::chrono::milliseconds rebuild_retry{2000};
@@ -79,10 +79,11 @@ struct connection_options {
 /// What `connection::poll` reports.
 struct event {
     enum class kind : std::uint8_t {
-        write_done,    ///< a WRITE of this side completed whole (`id`)
-        write_failed,  ///< a WRITE of this side the peer refused (`id`, `reason`: its completion's status, e.g.
-                       ///< IBV_WC_REM_ACCESS_ERR for a bad rkey); not carried again
-        message,       ///< a message from the peer (`id` its number: increasing, not by one, control messages are numbered too; `imm`, `data`)
+        write_done,   ///< a WRITE of this side completed whole (`id`)
+        write_failed, ///< a WRITE of this side the peer refused (`id`, `reason`: its completion's status, e.g.
+                      ///< IBV_WC_REM_ACCESS_ERR for a bad rkey); not carried again
+        message, ///< a message from the peer (`id` its number: increasing, not by one, control messages are numbered
+                 ///< too; `imm`, `data`)
         write_arrived, ///< a WRITE of the peer arrived whole (`id` its id there, `bytes`, `imm`)
         rail_down,     ///< `rail` went down (`reason`)
         rail_up,       ///< `rail` is up again on new QPs
@@ -150,8 +151,8 @@ public:
     [[nodiscard]] std::vector<std::byte> address() const;
     /// Connects every rail to the peer's (`peer`: its `address()`), posts the receives, and
     /// decides who leads rebuilds. A rail that cannot be connected now (its path down: RTR
-    /// fails) starts down (a `rail_down` event) and is rebuilt once its ports are active. Again after `renew()`: the same, and what waited is carried at
-    /// the next `poll` (after the barrier: see the class).
+    /// fails) starts down (a `rail_down` event) and is rebuilt once its ports are active. Again after `renew()`: the
+    /// same, and what waited is carried at the next `poll` (after the barrier: see the class).
     /// @throws argument_error for an address that does not decode, another number of rails,
     ///         another window or message size, the same nonce; what `queue_pair::connect` throws
     ///         for the first rail when no rail could be connected.
@@ -164,7 +165,9 @@ public:
     /// @throws sys_error when a QP cannot be made or a port queried.
     void renew();
     /// Whether rail `r`'s port is active now (ibv_query_port(3)).
-    [[nodiscard]] bool port_active(std::size_t r) const { return rails_.at(r)->ctx.query_port(rails_.at(r)->spec_.port).active(); }
+    [[nodiscard]] bool port_active(std::size_t r) const {
+        return rails_.at(r)->ctx.query_port(rails_.at(r)->spec_.port).active();
+    }
 
     /// Registers `memory` on every rail.
     [[nodiscard]] region register_memory(std::span<std::byte> memory, access rights) const {
@@ -173,8 +176,8 @@ public:
 
     /// Writes `length` bytes at `offset` of `src` to `dst_offset` of `dst`, as `how` says;
     /// `write_done` with the returned id once every chunk has completed. The source must stay
-    /// registered and untouched until then (the `region` object itself may move). With `notify`, the peer gets `write_arrived` with this id, the
-    /// length and `*notify` once the whole WRITE has landed.
+    /// registered and untouched until then (the `region` object itself may move). With `notify`, the peer gets
+    /// `write_arrived` with this id, the length and `*notify` once the whole WRITE has landed.
     /// @throws argument_error (nothing posted) for an empty or out-of-range span, a region or
     ///         remote region of another number of rails, a pin to no rail; rails_down_error.
     std::uint64_t write(region const& src, std::size_t offset, std::size_t length, remote_region const& dst,
@@ -183,8 +186,7 @@ public:
     /// Sends `payload` (copied) with `imm`, as `how` says (stripe means round robin here); false
     /// when the window is full (nothing sent: poll, then try again).
     /// @throws argument_error for a payload over `message_bytes` or a pin to no rail; rails_down_error.
-    bool send(std::span<std::byte const> payload, std::uint32_t imm = 0,
-              placement how = placement::round_robin());
+    bool send(std::span<std::byte const> payload, std::uint32_t imm = 0, placement how = placement::round_robin());
 
     /// Makes progress and hands out up to `out.size()` events; how many.
     /// @throws rails_down_error when every rail is down and no event is left to hand out;
@@ -218,9 +220,11 @@ private:
     struct chunk {
         std::uint64_t write = 0;
         std::size_t src_offset = 0, dst_offset = 0, length = 0;
-        int pin = -1;  // the rail it must go on while that rail is up
-        int rail = -1; // where it is posted now
+        int pin = -1;          // the rail it must go on while that rail is up
+        int rail = -1;         // where it is posted now (-1: waiting, or not posted)
+        std::uint16_t gen = 0; // the generation of the QP it is posted on
         bool live = false;
+        bool cancelled = false; // its WRITE failed: freed once it is not posted any more
     };
     // A control message's step, applied once every CQ has been reaped (a step that makes a new
     // QP must not run while completions of the old one are being handled).
@@ -241,7 +245,8 @@ private:
     static constexpr std::uint32_t ack_slots = 8;
     static constexpr std::size_t max_whole = std::size_t{1} << 30; // a WRITE not striped: chunks of 1 GiB
 
-    [[nodiscard]] static std::uint64_t tag(wr_kind k, std::size_t rail, std::uint16_t gen, std::uint32_t index) noexcept {
+    [[nodiscard]] static std::uint64_t tag(wr_kind k, std::size_t rail, std::uint16_t gen,
+                                           std::uint32_t index) noexcept {
         return (std::uint64_t{k} << 56) | (std::uint64_t{rail} << 48) | (std::uint64_t{gen} << 32) | index;
     }
     [[nodiscard]] std::size_t slot_bytes() const noexcept { return message_header::wire_size + opt_.message_bytes; }
@@ -269,7 +274,9 @@ private:
     void take_down_qp(std::size_t rail);
     void abandon(std::size_t rail);
     void fail_write(std::uint64_t id, std::error_code why);
-    void broken(std::string why);
+    void free_chunk(std::uint32_t i);
+    void post_recv_slot(std::size_t rail, std::uint32_t slot);
+    void broken(std::string const& why);
     [[nodiscard]] static bool refused(ibv_wc_status status) noexcept;
 
     connection_options opt_;
@@ -278,7 +285,8 @@ private:
     std::vector<endpoint> peer_;
     bool leader_ = false;
     bool connected_ = false;
-    std::uint32_t epoch_ = 0; // connects so far: control messages of an older one are dropped
+    std::uint32_t epoch_ = 0;              // connects so far: control messages of an older one are dropped
+    bool renewed_ = false;                 // renew() was called and connect not yet: no rebuild meanwhile
     std::optional<rdmacxx::error> broken_; // the protocol failed: every call throws it
     std::deque<step> steps_;
     // Message buffers: the sender's slots and the acknowledgements, registered on every rail.
@@ -296,7 +304,7 @@ private:
         std::vector<std::byte> payload;
     };
     std::deque<control_message> control_backlog_; // control messages waiting for room
-    std::vector<std::uint64_t> handed_out_;              // messages handed out by the last poll
+    std::vector<std::uint64_t> handed_out_;       // messages handed out by the last poll
     std::uint64_t ack_sent_ = 0;
     std::chrono::steady_clock::time_point ack_time_{};
     // WRITEs

@@ -42,10 +42,12 @@ inline void connection::drain_events(std::size_t rail) {
         case IBV_EVENT_DEVICE_FATAL:
             rail_down(rail, std::make_error_code(std::errc::no_such_device));
             abandon(rail); // nothing of it will complete
+            r.dead = true;
             break;
-        case IBV_EVENT_CQ_ERR:
+        case IBV_EVENT_CQ_ERR: // its CQ overran: it is not made anew, so the rail stays down
             rail_down(rail, std::make_error_code(std::errc::no_buffer_space));
             abandon(rail);
+            r.dead = true;
             break;
         case IBV_EVENT_QP_FATAL:
         case IBV_EVENT_QP_REQ_ERR:
@@ -82,13 +84,43 @@ inline void connection::on_completion(std::size_t rail, work_completion const& w
             r.retired.erase(r.retired.begin() + (q - r.retired.data()));
     }
     bool const ok = wc.ok();
+    // First, what the completion names is no longer posted (so that taking the rail down below
+    // does not hand it out again); a completion of an earlier posting of it names nothing.
+    bool ours = false;
+    switch (kind) {
+    case chunk_wr:
+        if (index < chunks_.size() && chunks_[index].live && chunks_[index].rail == static_cast<int>(rail) &&
+            chunks_[index].gen == gen) {
+            chunks_[index].rail = -1;
+            ours = true;
+        }
+        break;
+    case message_wr:
+        ours = index < window_.size() && window_.posted_on(index, static_cast<int>(rail), gen);
+        break;
+    case ack_wr:
+        if (index < ack_rail_.size() && ack_rail_[index] == static_cast<int>(rail)) {
+            ack_rail_[index] = -1;
+            ours = true;
+        }
+        break;
+    case recv_wr:
+        if (index < r.slots && r.slot_on[index] == gen) {
+            r.slot_on[index] = -1;
+            ours = true;
+        }
+        break;
+    }
     // Any failure on the QP that carries the rail (a flush too: the QP is in ERR) takes it down.
     if (!ok && current) rail_down(rail, wc.error_code());
+    if (!ours) return;
     switch (kind) {
     case chunk_wr: {
-        if (index >= chunks_.size() || !chunks_[index].live) return;
         chunk& c = chunks_[index];
-        c.rail = -1;
+        if (c.cancelled) { // its WRITE failed already
+            free_chunk(index);
+            return;
+        }
         if (!ok) {
             if (refused(wc.status()))
                 fail_write(c.write, wc.error_code());
@@ -112,29 +144,25 @@ inline void connection::on_completion(std::size_t rail, work_completion const& w
             rdmacxx::detail::wire::put<8>(p.data() + 8, w.length);
             control(message_kind::notice, 0, p, *w.notify); // numbered: in order with the messages
         }
-        for (std::uint32_t i : w.chunks) {
-            chunks_[i].live = false;
-            free_chunks_.push_back(i);
-        }
+        for (std::uint32_t i : w.chunks)
+            free_chunk(i);
         writes_.erase(id);
         return;
     }
     case message_wr:
-        if (index >= window_.size()) return;
         if (ok) {
             r.counters.bytes += window_[index].length;
             ++r.counters.operations;
             window_.completed(index);
         } else if (refused(wc.status())) {
-            broken("the peer refused a message (" + wc.error_code().message() + "): its receive buffers do not hold "
+            broken("the peer refused a message (" + wc.error_code().message() +
+                   "): its receive buffers do not hold "
                    "this side's messages");
         } else {
             window_.failed(index);
         }
         return;
     case ack_wr:
-        if (index >= ack_rail_.size()) return;
-        ack_rail_[index] = -1;
         if (ok)
             ++r.counters.operations;
         else
@@ -142,14 +170,11 @@ inline void connection::on_completion(std::size_t rail, work_completion const& w
         return;
     case recv_wr:
         // A message that arrived is taken whatever QP it arrived on (the peer saw it delivered);
-        // its buffer goes back only on the QP that carries the rail.
-        if (!ok || index >= r.slots) return;
-        on_arrival(rail, index, wc.byte_len());
-        if (current && r.current.qp && gen == r.current.generation && r.state != rail_state::down) {
+        // the buffer then goes on the QP that carries the rail, once that one can take messages.
+        if (ok) on_arrival(rail, index, wc.byte_len());
+        if (r.current.qp && r.current.connected && r.state != rail_state::down && r.slot_on[index] < 0) {
             try {
-                r.current.qp->post_recv(
-                    recv{r.recv_mr.span(index * r.slot_size, r.slot_size)}.id(tag(recv_wr, rail, gen, index)));
-                ++r.current.outstanding;
+                post_recv_slot(rail, index);
             } catch (rdmacxx::error const& e) {
                 rail_down(rail, e.code());
             }
@@ -160,7 +185,8 @@ inline void connection::on_completion(std::size_t rail, work_completion const& w
 
 inline void connection::on_arrival(std::size_t rail, std::uint32_t slot, std::uint32_t bytes) {
     detail::rail& r = *rails_[rail];
-    std::span<std::byte const> const m{r.recv_bytes.data() + slot * r.slot_size, std::min<std::size_t>(bytes, r.slot_size)};
+    std::span<std::byte const> const m{r.recv_bytes.data() + slot * r.slot_size,
+                                       std::min<std::size_t>(bytes, r.slot_size)};
     message_header h;
     try {
         h = message_header::read(m);
@@ -225,7 +251,7 @@ inline void connection::on_control(message_header const& h, std::span<std::byte 
         broken("a control message about rail " + std::to_string(h.rail) + ", which does not exist");
         return;
     }
-    if (h.imm != epoch_) return; // of the connection before the last renew()
+    if (h.imm != epoch_ || renewed_) return; // of the connection before the last renew(), or during one
     bool const with_endpoint = h.kind == message_kind::request || h.kind == message_kind::reply;
     if (payload.size() != (with_endpoint ? 2 + endpoint::wire_size : 2)) {
         broken("a corrupt control message");
@@ -238,7 +264,7 @@ inline void connection::on_control(message_header const& h, std::span<std::byte 
             broken(e.what());
             return;
         }
-    steps_.push_back(std::move(s));
+    steps_.push_back(s);
 }
 
 // The rebuilds' steps, once every CQ has been reaped.
@@ -257,11 +283,11 @@ inline void connection::apply_steps() {
             start_rebuild(s.rail);
             break;
         case message_kind::request: { // to the follower: the leader's new QP
-            if (leader_) break;
+            if (leader_ || r.dead) break;
             if (r.state == rail_state::up) rail_down(s.rail, std::make_error_code(std::errc::connection_reset));
             try {
-                if (!r.ctx.query_port(r.spec_.port).active()) { // not yet: it asks when its port is back
-                    r.ignored = s.rebuild;
+                if (rails_up() == 0 || !r.ctx.query_port(r.spec_.port).active()) {
+                    r.ignored = s.rebuild; // not yet: it asks when its port is back
                     break;
                 }
                 r.port = end_port{r.ctx, r.spec_.port}; // the GID may have changed
@@ -270,9 +296,11 @@ inline void connection::apply_steps() {
                 r.rebuild = s.rebuild;
                 peer_[s.rail] = *s.peer;
                 r.current.qp->connect(*r.port, peer_[s.rail], opt_.settings);
+                r.current.connected = true;
                 post_receives(s.rail);
-            } catch (rdmacxx::error const&) { // the port went again: the leader's rebuild times out
-                r.state = rail_state::down;
+            } catch (rdmacxx::error const&) { // the port went again: it asks when it is back
+                r.ignored = s.rebuild;
+                take_down_qp(s.rail);
                 break;
             }
             r.state = rail_state::rebuilding;
@@ -285,9 +313,10 @@ inline void connection::apply_steps() {
             try {
                 peer_[s.rail] = *s.peer;
                 r.current.qp->connect(*r.port, peer_[s.rail], opt_.settings);
+                r.current.connected = true;
                 post_receives(s.rail);
-            } catch (rdmacxx::error const&) {
-                r.state = rail_state::down;
+            } catch (rdmacxx::error const& e) {
+                rail_down(s.rail, e.code());
                 break;
             }
             r.state = rail_state::up;
@@ -316,6 +345,7 @@ inline void connection::apply_steps() {
 // flushed and goes to the rails that are up.
 inline void connection::take_down_qp(std::size_t rail) {
     detail::rail& r = *rails_[rail];
+    r.state = rail_state::down; // replaced deliberately: its flushes are no news
     if (!r.current.qp) return;
     try {
         r.current.qp->to_error();
@@ -332,7 +362,10 @@ inline void connection::abandon(std::size_t rail) {
     for (std::uint32_t i = 0; i < chunks_.size(); ++i)
         if (chunks_[i].live && chunks_[i].rail == static_cast<int>(rail)) {
             chunks_[i].rail = -1;
-            waiting_chunks_.push_front(i);
+            if (chunks_[i].cancelled)
+                free_chunk(i);
+            else
+                waiting_chunks_.push_front(i);
         }
     for (std::uint32_t i = 0; i < window_.size(); ++i)
         if (window_[i].st == detail::send_window::state::posted && window_[i].rail == static_cast<int>(rail))
@@ -340,9 +373,17 @@ inline void connection::abandon(std::size_t rail) {
     for (int& a : ack_rail_)
         if (a == static_cast<int>(rail)) a = -1;
     detail::rail& r = *rails_[rail];
+    std::fill(r.slot_on.begin(), r.slot_on.end(), -1);
     r.retired.clear();
     r.current.outstanding = 0;
     r.current.sends = 0;
+}
+
+inline void connection::free_chunk(std::uint32_t i) {
+    chunks_[i].live = false;
+    chunks_[i].cancelled = false;
+    chunks_[i].rail = -1;
+    free_chunks_.push_back(i);
 }
 
 // A WRITE the peer refused: reported, its chunks dropped (those still posted are ignored when
@@ -351,10 +392,11 @@ inline void connection::fail_write(std::uint64_t id, std::error_code why) {
     auto const it = writes_.find(id);
     if (it == writes_.end()) return;
     for (std::uint32_t i : it->second.chunks) {
-        chunks_[i].live = false;
-        free_chunks_.push_back(i);
+        if (chunks_[i].rail < 0)
+            free_chunk(i); // waiting: no posting of it is left (waiting_chunks_ drops it when it comes up)
+        else
+            chunks_[i].cancelled = true; // posted: freed when it comes back
     }
-    std::erase_if(waiting_chunks_, [&](std::uint32_t i) { return !chunks_[i].live; });
     event e{};
     e.what = event::kind::write_failed;
     e.id = id;
@@ -389,7 +431,7 @@ inline void connection::rail_down(std::size_t rail, std::error_code why) {
 // The leader's step: a new QP for `rail`, its endpoint to the follower over a rail that is up.
 inline void connection::start_rebuild(std::size_t rail) {
     detail::rail& r = *rails_[rail];
-    if (!leader_ || rails_up() == 0) return;
+    if (!leader_ || rails_up() == 0 || r.dead || renewed_) return;
     try {
         if (!r.ctx.query_port(r.spec_.port).active()) return;
         r.port = end_port{r.ctx, r.spec_.port}; // the GID may have changed
@@ -405,7 +447,7 @@ inline void connection::start_rebuild(std::size_t rail) {
 }
 
 inline void connection::on_port_active(std::size_t rail) {
-    if (rails_[rail]->state != rail_state::down) return; // up, or a rebuild under way
+    if (rails_[rail]->state != rail_state::down || rails_[rail]->dead || renewed_) return; // up, or a rebuild under way
     if (leader_) {
         start_rebuild(rail);
     } else if (rails_up() != 0) { // with the last request it could not take
@@ -422,11 +464,8 @@ inline void connection::tick() {
     auto const now = std::chrono::steady_clock::now();
     for (std::size_t k = 0; k < rails_.size(); ++k) {
         detail::rail& r = *rails_[k];
-        if (r.state == rail_state::rebuilding && now - r.rebuild_started > opt_.rebuild_timeout) {
-            r.state = rail_state::down; // the half-made QP goes at the next try
-            r.down_at = now;
-            ++r.counters.failures;
-        }
+        if (r.state == rail_state::rebuilding && now - r.rebuild_started > opt_.rebuild_timeout)
+            rail_down(k, std::make_error_code(std::errc::timed_out)); // the half-made QP to ERR; tried again
         if (r.state == rail_state::down && now - r.down_at > opt_.rebuild_retry && rails_up() != 0) {
             r.down_at = now;
             try {

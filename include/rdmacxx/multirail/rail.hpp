@@ -22,10 +22,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rdmacxx {
@@ -34,8 +34,8 @@ namespace multirail {
 
 /// Which device and port a rail uses.
 struct rail_spec {
-    std::string device;        ///< the RDMA device, e.g. "rxe1" (`device_list::find`)
-    std::uint8_t port = 1;     ///< its port
+    std::string device;    ///< the RDMA device, e.g. "rxe1" (`device_list::find`)
+    std::uint8_t port = 1; ///< its port
 };
 
 /// The rails of a list such as "mlx5_0,mlx5_1/2" (or tools/softroce's RDMACXX_DEVICES):
@@ -96,6 +96,7 @@ struct rail_qp {
     std::uint16_t generation = 0;
     std::uint32_t outstanding = 0; ///< send- and receive-queue requests not completed yet
     std::uint32_t sends = 0;       ///< of which send-queue requests
+    bool connected = false;        ///< moved to RTR: receives posted on it can take messages
 };
 
 /// A rail's resources. Members are destroyed in reverse order: the QPs before the receive
@@ -105,7 +106,7 @@ struct rail {
         : spec_(spec), ctx(device_list{}.find(spec.device).open()), port(std::in_place, ctx, spec.port), pd(ctx),
           cq(ctx, cq_entries), events(ctx), recv_bytes(receive_slots * slot_bytes),
           recv_mr(pd.register_memory(std::span{recv_bytes}, access::local_write)), slots(receive_slots),
-          slot_size(slot_bytes) {}
+          slot_size(slot_bytes), slot_on(receive_slots, -1) {}
     rail(rail const&) = delete;
     rail& operator=(rail const&) = delete;
     rail(rail&&) = delete;
@@ -124,12 +125,14 @@ struct rail {
     std::size_t slot_size;
     rail_state state = rail_state::down; // up once connected
     rail_counters counters;
-    std::uint16_t generation = 0;     ///< this side's count of its QPs (in the wr_id of their requests)
-    std::uint16_t rebuild = 0;        ///< the rebuild under way, as the leader numbers it
-    std::uint16_t ignored = 0;        ///< follower: the last request it could not take (its port down)
+    std::uint16_t generation = 0; ///< this side's count of its QPs (in the wr_id of their requests)
+    std::uint16_t rebuild = 0;    ///< the rebuild under way, as the leader numbers it
+    std::uint16_t ignored = 0;    ///< follower: the last request it could not take (its port down)
     std::chrono::steady_clock::time_point down_at{};
     std::chrono::steady_clock::time_point rebuild_started{};
     std::error_code reason{}; ///< why it went down last
+    bool dead = false;        ///< its CQ or device failed: never rebuilt
+    std::vector<int> slot_on; ///< per receive buffer, the generation of the QP it is posted on, or -1
     rail_qp current;
     std::vector<rail_qp> retired; ///< QPs taken out of service whose completions are still to come
 };
@@ -160,7 +163,9 @@ public:
     /// The memory.
     [[nodiscard]] std::span<std::byte> bytes() const noexcept { return memory_; }
     /// Whether it is registered on these rails (of one connection).
-    [[nodiscard]] bool on(std::vector<std::shared_ptr<detail::rail>> const& rails) const noexcept { return rails_ == rails; }
+    [[nodiscard]] bool on(std::vector<std::shared_ptr<detail::rail>> const& rails) const noexcept {
+        return rails_ == rails;
+    }
     /// Its size in bytes.
     [[nodiscard]] std::size_t size() const noexcept { return memory_.size(); }
     /// The registration on rail `r`.

@@ -36,6 +36,7 @@ public:
         std::uint8_t control_rail = 0; ///< the rail a control message is about
         int pin = -1;                  ///< the rail it must go on while that rail is up (-1: any)
         int rail = -1;                 ///< where it is posted now
+        std::uint16_t gen = 0;         ///< the generation of the QP it is posted on
         bool acked = false;
     };
 
@@ -53,7 +54,7 @@ public:
     std::uint32_t push(message_kind kind, std::uint32_t length, std::uint32_t imm, std::uint8_t control_rail, int pin) {
         std::uint64_t const seq = next_++;
         auto const i = index(seq);
-        slots_[i] = slot{seq, state::waiting, kind, length, imm, control_rail, pin, -1, false};
+        slots_[i] = slot{seq, state::waiting, kind, length, imm, control_rail, pin, -1, 0, false};
         waiting_.insert(seq);
         return i;
     }
@@ -68,11 +69,17 @@ public:
     /// The messages waiting to be posted, oldest first.
     [[nodiscard]] std::set<std::uint64_t> const& waiting() const noexcept { return waiting_; }
 
-    /// Message of slot `i` posted on `rail`.
-    void posted(std::uint32_t i, int rail) {
+    /// Message of slot `i` posted on `rail`'s QP of generation `gen`.
+    void posted(std::uint32_t i, int rail, std::uint16_t gen) {
         slots_[i].st = state::posted;
         slots_[i].rail = rail;
+        slots_[i].gen = gen;
         waiting_.erase(slots_[i].seq);
+    }
+    /// Whether a completion of `rail`'s QP of generation `gen` is the posting of slot `i` now (a
+    /// late one of an earlier posting is not).
+    [[nodiscard]] bool posted_on(std::uint32_t i, int rail, std::uint16_t gen) const noexcept {
+        return slots_[i].st == state::posted && slots_[i].rail == rail && slots_[i].gen == gen;
     }
     /// Its SEND completed: the peer has it. Freed when acknowledged too.
     void completed(std::uint32_t i) {

@@ -29,17 +29,19 @@ inline constexpr std::size_t max_rails = 8;
 
 /// What one side of a multi-rail connection tells the other to connect (`connection::address`):
 /// its nonce (a random 64-bit number: the larger one leads the rebuilds), its message window and
-/// largest message (which the two sides must share), and each rail's endpoint, rail 0 first.
-/// Encoding: 24 bytes (magic "RXMA", version, rail count, 2 reserved bytes, the nonce, the
-/// window, the message size) and then 32 bytes per rail (`endpoint::to_bytes`).
+/// largest message (which the two sides must share), its epoch (how many connects it has made:
+/// both sides take one more than the larger), and each rail's endpoint, rail 0 first. Encoding:
+/// 32 bytes (magic "RXMA", version, rail count, 2 reserved bytes, the nonce, the window, the
+/// message size, the epoch, 4 reserved bytes) and then 32 bytes per rail (`endpoint::to_bytes`).
 struct rail_address {
     std::uint64_t nonce = 0;
     std::uint32_t window = 0;
     std::uint32_t message_bytes = 0;
+    std::uint32_t epoch = 0;
     std::vector<endpoint> rails;
 
     /// Bytes of the encoding of `rails` rails.
-    [[nodiscard]] static constexpr std::size_t wire_size(std::size_t rails) noexcept { return 24 + 32 * rails; }
+    [[nodiscard]] static constexpr std::size_t wire_size(std::size_t rails) noexcept { return 32 + 32 * rails; }
 
     /// The encoding.
     /// @throws argument_error for no rail or more than `max_rails`, and what `endpoint::to_bytes` refuses.
@@ -53,10 +55,11 @@ struct rail_address {
         detail::wire::put<8>(out.data() + 8, nonce);
         detail::wire::put<4>(out.data() + 16, window);
         detail::wire::put<4>(out.data() + 20, message_bytes);
+        detail::wire::put<4>(out.data() + 24, epoch);
         for (std::size_t r = 0; r < rails.size(); ++r) {
             auto const e = rails[r].to_bytes();
             for (std::size_t i = 0; i < e.size(); ++i)
-                out[24 + 32 * r + i] = e[i];
+                out[32 + 32 * r + i] = e[i];
         }
         return out;
     }
@@ -64,25 +67,26 @@ struct rail_address {
     /// @throws argument_error naming what is wrong: too short or long, a wrong magic or version,
     ///         reserved bits set, no rail or too many, a corrupt endpoint.
     [[nodiscard]] static rail_address from_bytes(std::span<std::byte const> bytes) {
-        if (std::string why = detail::wire::header_fault(bytes, 24, magic, "a multi-rail address"); !why.empty())
+        if (std::string why = detail::wire::header_fault(bytes, 32, magic, "a multi-rail address"); !why.empty())
             [[unlikely]]
             detail::throw_argument(std::move(why));
         auto const n = static_cast<std::size_t>(detail::wire::get<1>(bytes.data() + 5));
         if (n == 0 || n > max_rails) [[unlikely]]
             detail::throw_argument("cannot decode a multi-rail address: " + std::to_string(n) + " rails (1 to " +
                                    std::to_string(max_rails) + ")");
-        if (detail::wire::get<2>(bytes.data() + 6) != 0) [[unlikely]]
+        if (detail::wire::get<2>(bytes.data() + 6) != 0 || detail::wire::get<4>(bytes.data() + 28) != 0) [[unlikely]]
             detail::throw_argument(detail::wire::reserved_fault("a multi-rail address", "the header"));
         if (bytes.size() != wire_size(n)) [[unlikely]]
-            detail::throw_argument("cannot decode a multi-rail address of " + std::to_string(n) + " rails: " +
-                                   std::to_string(bytes.size()) + " bytes, its encoding has " +
+            detail::throw_argument("cannot decode a multi-rail address of " + std::to_string(n) +
+                                   " rails: " + std::to_string(bytes.size()) + " bytes, its encoding has " +
                                    std::to_string(wire_size(n)));
         rail_address a;
         a.nonce = detail::wire::get<8>(bytes.data() + 8);
         a.window = static_cast<std::uint32_t>(detail::wire::get<4>(bytes.data() + 16));
         a.message_bytes = static_cast<std::uint32_t>(detail::wire::get<4>(bytes.data() + 20));
+        a.epoch = static_cast<std::uint32_t>(detail::wire::get<4>(bytes.data() + 24));
         for (std::size_t r = 0; r < n; ++r)
-            a.rails.push_back(endpoint::from_bytes(bytes.subspan(24 + 32 * r, 32)));
+            a.rails.push_back(endpoint::from_bytes(bytes.subspan(32 + 32 * r, 32)));
         return a;
     }
 
@@ -130,8 +134,8 @@ struct remote_region {
         if (detail::wire::get<2>(bytes.data() + 6) != 0) [[unlikely]]
             detail::throw_argument(detail::wire::reserved_fault("a remote region", "the header"));
         if (bytes.size() != wire_size(n)) [[unlikely]]
-            detail::throw_argument("cannot decode a remote region of " + std::to_string(n) + " rkeys: " +
-                                   std::to_string(bytes.size()) + " bytes, its encoding has " +
+            detail::throw_argument("cannot decode a remote region of " + std::to_string(n) +
+                                   " rkeys: " + std::to_string(bytes.size()) + " bytes, its encoding has " +
                                    std::to_string(wire_size(n)));
         remote_region r;
         r.address = detail::wire::get<8>(bytes.data() + 8);
@@ -187,8 +191,8 @@ struct message_header {
     /// @throws argument_error naming what is wrong: too short, a wrong magic or version, a
     ///         reserved byte set, an unknown kind, a payload length over what arrived.
     [[nodiscard]] static message_header read(std::span<std::byte const> bytes) {
-        if (std::string why = detail::wire::header_fault(bytes, wire_size, magic, "a multi-rail message");
-            !why.empty()) [[unlikely]]
+        if (std::string why = detail::wire::header_fault(bytes, wire_size, magic, "a multi-rail message"); !why.empty())
+            [[unlikely]]
             detail::throw_argument(std::move(why));
         std::byte const* in = bytes.data();
         message_header h;
