@@ -67,7 +67,8 @@ struct pair {
     std::vector<mr::event> seen_a, seen_b;
     std::vector<std::vector<std::byte>> messages_b; // payloads b received, in order
     std::vector<std::uint64_t> seq_b;
-    steady::time_point down_seen{}; // when a poll first reported a rail down
+    std::vector<std::uint32_t> imm_b; // the immediate of each message b received
+    steady::time_point down_seen{};   // when a poll first reported a rail down
 
     // Polls both sides until `done()` or `bound` ran out (which fails the test).
     void pump(std::function<bool()> const& done, std::chrono::milliseconds bound, char const* what) {
@@ -89,6 +90,7 @@ struct pair {
         if (e.what == mr::event::kind::message) {
             messages_b.emplace_back(e.data.begin(), e.data.end());
             seq_b.push_back(e.id);
+            imm_b.push_back(e.imm);
         }
     }
     std::size_t count(std::vector<mr::event> const& v, mr::event::kind k) const {
@@ -144,7 +146,7 @@ void messages(pair& p, std::uint32_t n, std::function<void()> const& midway = {}
     for (std::uint32_t k = 0; k < n; ++k) {
         std::uint32_t got = 0;
         std::memcpy(&got, p.messages_b[first + k].data(), sizeof got);
-        in_order = in_order && got == k;
+        in_order = in_order && got == k && p.imm_b[first + k] == k; // its immediate with it
     }
     CHECK_MESSAGE(in_order, "messages out of order, lost or duplicated");
     CHECK(p.messages_b.size() == first + n);

@@ -57,6 +57,7 @@ struct side {
     mr::connection conn{node_rails()};
     std::vector<mr::event> seen;
     std::vector<std::uint32_t> messages; // the first 4 bytes of each message received, in order
+    std::size_t wrong_imm = 0;           // messages whose immediate was not their number
     steady::time_point down_seen[2]{};   // when a poll first reported each rail down
     steady::time_point up_seen[2]{};
 
@@ -83,6 +84,7 @@ struct side {
                     std::uint32_t v = 0;
                     std::memcpy(&v, e.data.data(), 4);
                     messages.push_back(v);
+                    if (e.imm != v) ++wrong_imm; // each message is sent with its number as its immediate
                 }
                 if (e.what == mr::event::kind::rail_down && e.rail < 2 && down_seen[e.rail] == steady::time_point{})
                     down_seen[e.rail] = steady::now();
@@ -268,6 +270,7 @@ TEST_CASE("multirail across two nodes: striped transfer, rail 1 down on node 2 m
                         std::uint32_t v = 0;
                         std::memcpy(&v, ev[k].data.data(), 4);
                         s.messages.push_back(v);
+                        if (ev[k].imm != v) ++s.wrong_imm;
                     }
             } catch (mr::rails_down_error const& e) {
                 down = true;
@@ -305,6 +308,7 @@ TEST_CASE("multirail across two nodes: striped transfer, rail 1 down on node 2 m
             CHECK(s.messages.size() == sent);
             CHECK_MESSAGE(in_order(s.messages), "messages lost, duplicated or out of order across the outage");
             MESSAGE(sent << " messages in all, exactly once and in order across a flap and an outage of every rail");
+            CHECK(s.wrong_imm == 0);
         }
         s.boot.barrier();
         stream(s, sent, 200);
