@@ -204,7 +204,9 @@ TEST_CASE("multirail: rail 1's link down mid-transfer: the transfer completes on
         "rail 1 marked down " << detect.count() << " us after `ip link set rxcxx1 down` started, "
                               << std::chrono::duration_cast<std::chrono::microseconds>(p.down_seen - link_down).count()
                               << " us after it returned (its port's event; the bound is a poll's time)");
-    CHECK(detect < 1s);
+    // The bound counts from the link being down (ip(8) returned): how long ip itself takes is the
+    // kernel's, and under a loaded host it was seen to take over 3 s.
+    CHECK(p.down_seen - link_down < 1s);
     messages(p, 500); // on rail 0 alone
     std::uint64_t const bytes1 = p.a.counters(1).bytes;
 
@@ -239,9 +241,10 @@ TEST_CASE("multirail: messages with immediates through a flap of rail 1: exactly
 TEST_CASE("multirail: both rails down: a typed error within the bound") {
     pair p;
     messages(p, 10);
-    auto const t0 = steady::now();
+    auto const commands = steady::now();
     set_link(0, false);
     set_link(1, false);
+    auto const t0 = steady::now(); // both links down (ip(8) returned): the bound counts from here
     bool thrown = false;
     std::array<mr::event, 16> ev{};
     while (!thrown && steady::now() - t0 < 10s) {
@@ -254,7 +257,9 @@ TEST_CASE("multirail: both rails down: a typed error within the bound") {
     }
     auto const took = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0);
     REQUIRE(thrown);
-    MESSAGE("every rail down reported " << took.count() << " ms after both links went down");
+    MESSAGE("every rail down reported " << took.count() << " ms after both links were down ("
+                                        << std::chrono::duration_cast<std::chrono::milliseconds>(t0 - commands).count()
+                                        << " ms of ip(8) before)");
     CHECK_THROWS_AS((void)p.a.send(std::vector<std::byte>(8), 0), mr::rails_down_error);
 }
 
